@@ -1,0 +1,100 @@
+#include "cli/args.h"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace dspark {
+
+Args& Args::flag(const std::string& name, const std::string& help, bool takes_value,
+                 const std::string& default_value) {
+  if (!specs_.count(name)) order_.push_back(name);
+  specs_[name] = Spec{help, takes_value, default_value};
+  return *this;
+}
+
+void Args::parse(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      help_ = true;
+      continue;
+    }
+    if (a.rfind("--", 0) != 0) fail("unexpected argument '", a, "' (flags start with --)");
+    std::string name = a.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    auto it = specs_.find(name);
+    if (it == specs_.end()) fail("unknown flag --", name, " (see --help)");
+    if (it->second.takes_value) {
+      if (!inline_value) {
+        if (i + 1 >= argc) fail("flag --", name, " needs a value");
+        value = argv[++i];
+      }
+      values_[name] = value;
+    } else {
+      if (inline_value) fail("flag --", name, " takes no value");
+      values_[name] = "1";
+    }
+  }
+}
+
+std::string Args::usage(const std::string& command, const std::string& summary) const {
+  std::ostringstream os;
+  os << "usage: dspark " << command << " [flags]\n\n" << summary << "\n\nflags:\n";
+  for (const auto& n : order_) {
+    const Spec& s = specs_.at(n);
+    std::string lhs = "  --" + n + (s.takes_value ? " VALUE" : "");
+    os << lhs;
+    if (lhs.size() < 28) os << std::string(28 - lhs.size(), ' ');
+    else os << "\n" << std::string(28, ' ');
+    os << s.help;
+    if (!s.default_value.empty()) os << " (default: " << s.default_value << ")";
+    os << "\n";
+  }
+  return os.str();
+}
+
+bool Args::has(const std::string& name) const {
+  if (values_.count(name)) return true;
+  auto it = specs_.find(name);
+  return it != specs_.end() && !it->second.default_value.empty();
+}
+
+bool Args::on(const std::string& name) const { return values_.count(name) != 0; }
+
+std::optional<std::string> Args::opt(const std::string& name) const {
+  if (auto it = values_.find(name); it != values_.end()) return it->second;
+  if (auto it = specs_.find(name); it != specs_.end() && !it->second.default_value.empty())
+    return it->second.default_value;
+  return std::nullopt;
+}
+
+std::string Args::str(const std::string& name) const {
+  auto v = opt(name);
+  if (!v) fail("missing required flag --", name);
+  return *v;
+}
+
+int64_t Args::integer(const std::string& name) const {
+  std::string v = str(name);
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end) fail("flag --", name, " expects an integer, got '", v, "'");
+  return x;
+}
+
+double Args::number(const std::string& name) const {
+  std::string v = str(name);
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end) fail("flag --", name, " expects a number, got '", v, "'");
+  return x;
+}
+
+}  // namespace dspark

@@ -1,0 +1,10 @@
+// The subcommands of the `dspark` binary; each takes the arguments after its name.
+#pragma once
+
+namespace dspark {
+
+int cmd_generate(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+
+}  // namespace dspark

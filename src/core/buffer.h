@@ -1,0 +1,73 @@
+// Buffer: an aligned, growable, uninitialised allocation for hot-path workspaces.
+#pragma once
+
+#include <cstddef>
+#include <cstdlib>
+#include <new>
+#include <utility>
+
+namespace dspark {
+
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t n) { resize(n); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept { *this = std::move(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(cap_, o.cap_);
+    return *this;
+  }
+  ~Buffer() { std::free(data_); }
+
+  // Grows capacity when needed (contents are not preserved on growth); never shrinks.
+  void resize(size_t n) {
+    if (n > cap_) {
+      std::free(data_);
+      size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+      data_ = static_cast<T*>(std::aligned_alloc(64, bytes));
+      if (!data_) throw std::bad_alloc();
+      cap_ = n;
+    }
+    size_ = n;
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+  T& operator[](size_t i) { return data_[i]; }
+  const T& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+  size_t cap_ = 0;
+};
+
+// Large allocation backed by anonymous memory with transparent huge pages requested.
+// Pages are committed on first touch, so a large reservation costs nothing until used.
+class HugeBuffer {
+ public:
+  HugeBuffer() = default;
+  explicit HugeBuffer(size_t bytes);
+  HugeBuffer(const HugeBuffer&) = delete;
+  HugeBuffer& operator=(const HugeBuffer&) = delete;
+  HugeBuffer(HugeBuffer&& o) noexcept { *this = std::move(o); }
+  HugeBuffer& operator=(HugeBuffer&& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  ~HugeBuffer();
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace dspark

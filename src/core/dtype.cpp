@@ -1,0 +1,144 @@
+#include "core/dtype.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace dspark {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64:
+    case DType::I64:
+      return 8;
+    case DType::F32:
+    case DType::I32:
+      return 4;
+    case DType::BF16:
+    case DType::F16:
+    case DType::I16:
+      return 2;
+    case DType::I8:
+    case DType::U8:
+    case DType::BOOL:
+      return 1;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::BF16: return "BF16";
+    case DType::F16: return "F16";
+    case DType::F64: return "F64";
+    case DType::I64: return "I64";
+    case DType::I32: return "I32";
+    case DType::I16: return "I16";
+    case DType::I8: return "I8";
+    case DType::U8: return "U8";
+    case DType::BOOL: return "BOOL";
+  }
+  return "?";
+}
+
+std::optional<DType> dtype_from_name(std::string_view n) {
+  if (n == "F32") return DType::F32;
+  if (n == "BF16") return DType::BF16;
+  if (n == "F16") return DType::F16;
+  if (n == "F64") return DType::F64;
+  if (n == "I64") return DType::I64;
+  if (n == "I32") return DType::I32;
+  if (n == "I16") return DType::I16;
+  if (n == "I8") return DType::I8;
+  if (n == "U8") return DType::U8;
+  if (n == "BOOL") return DType::BOOL;
+  return std::nullopt;
+}
+
+std::optional<DType> dtype_from_flag(std::string_view n) {
+  if (n == "f32" || n == "float32" || n == "fp32") return DType::F32;
+  if (n == "bf16" || n == "bfloat16") return DType::BF16;
+  return std::nullopt;
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h >> 15) << 31;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        e++;
+        mant <<= 1;
+      } while ((mant & 0x400) == 0);
+      u = sign | uint32_t(127 - 15 - e) << 23 | (mant & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | mant << 13;
+  } else {
+    u = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  uint32_t sign = (u >> 16) & 0x8000;
+  int32_t exp = int32_t((u >> 23) & 0xff) - 127 + 15;
+  uint32_t mant = u & 0x7fffff;
+  if (((u >> 23) & 0xff) == 0xff) return uint16_t(sign | 0x7c00 | (mant ? 0x200 : 0));
+  if (exp >= 31) return uint16_t(sign | 0x7c00);
+  if (exp <= 0) {
+    if (exp < -10) return uint16_t(sign);
+    mant |= 0x800000;
+    uint32_t shift = uint32_t(14 - exp);
+    uint32_t half = mant >> shift;
+    uint32_t rem = mant & ((1u << shift) - 1);
+    uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1))) half++;
+    return uint16_t(sign | half);
+  }
+  uint32_t h = sign | uint32_t(exp) << 10 | mant >> 13;
+  uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;
+  return uint16_t(h);
+}
+
+void convert_to_f32(DType src_type, const void* src, float* dst, size_t n) {
+  switch (src_type) {
+    case DType::F32:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case DType::BF16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(s[i]);
+      return;
+    }
+    case DType::F16: {
+      auto* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = f16_to_f32(s[i]);
+      return;
+    }
+    case DType::F64: {
+      auto* s = static_cast<const double*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = float(s[i]);
+      return;
+    }
+    default:
+      fail("cannot convert ", dtype_name(src_type), " to F32");
+  }
+}
+
+void convert_f32_to_bf16(const float* src, uint16_t* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16(src[i]);
+}
+
+}  // namespace dspark

@@ -1,0 +1,26 @@
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_util.h"
+
+namespace dspark {
+
+StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special_tokens)
+    : tok_(tok), skip_special_(skip_special_tokens) {}
+
+std::string StreamDecoder::push(int32_t id) {
+  if (skip_special_ && tok_.is_special(id)) return {};
+  pending_ += tok_.token_bytes(id);
+  std::string out;
+  // Everything up to a trailing, still-completable UTF-8 sequence is final: concatenating the
+  // pieces gives exactly Tokenizer::decode of all ids.
+  const size_t consumed = tokenizer_detail::utf8_decode_prefix(pending_, out);
+  pending_.erase(0, consumed);
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out = tokenizer_detail::utf8_sanitize(pending_);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace dspark

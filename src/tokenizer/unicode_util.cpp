@@ -1,0 +1,212 @@
+#include "tokenizer/unicode_util.h"
+
+#include <utf8proc.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "core/error.h"
+
+namespace dspark::tokenizer_detail {
+
+namespace {
+constexpr const char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+uint32_t next_codepoint(std::string_view s, size_t& i) {
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  if (b0 < 0x80) {
+    ++i;
+    return b0;
+  }
+  int n = b0 >= 0xF0 ? 3 : b0 >= 0xE0 ? 2 : 1;
+  uint32_t cp = b0 & (0x3F >> n);
+  ++i;
+  for (int k = 0; k < n && i < s.size(); ++k, ++i) cp = (cp << 6) | (static_cast<unsigned char>(s[i]) & 0x3F);
+  return cp;
+}
+
+// The WHATWG UTF-8 decoder (https://encoding.spec.whatwg.org/#utf-8-decoder).
+size_t utf8_decode_prefix(std::string_view in, std::string& out) {
+  out.reserve(out.size() + in.size());
+  unsigned needed = 0, seen = 0;
+  uint32_t cp = 0;
+  unsigned char lower = 0x80, upper = 0xBF;
+  size_t seq_start = 0;
+  size_t i = 0;
+  while (i < in.size()) {
+    const auto b = static_cast<unsigned char>(in[i]);
+    if (needed == 0) {
+      seq_start = i;
+      if (b <= 0x7F) {
+        out.push_back(static_cast<char>(b));
+      } else if (b >= 0xC2 && b <= 0xDF) {
+        needed = 1;
+        cp = b & 0x1F;
+      } else if (b >= 0xE0 && b <= 0xEF) {
+        if (b == 0xE0) lower = 0xA0;
+        if (b == 0xED) upper = 0x9F;
+        needed = 2;
+        cp = b & 0xF;
+      } else if (b >= 0xF0 && b <= 0xF4) {
+        if (b == 0xF0) lower = 0x90;
+        if (b == 0xF4) upper = 0x8F;
+        needed = 3;
+        cp = b & 0x7;
+      } else {
+        out += kReplacement;
+      }
+      ++i;
+      continue;
+    }
+    if (b < lower || b > upper) {
+      // Ill-formed: the bytes seen so far are one maximal subpart; reprocess this byte.
+      needed = seen = 0;
+      cp = 0;
+      lower = 0x80;
+      upper = 0xBF;
+      out += kReplacement;
+      continue;
+    }
+    lower = 0x80;
+    upper = 0xBF;
+    cp = (cp << 6) | (b & 0x3F);
+    ++i;
+    if (++seen == needed) {
+      append_utf8(out, cp);
+      needed = seen = 0;
+      cp = 0;
+    }
+  }
+  return needed ? seq_start : in.size();
+}
+
+std::string utf8_sanitize(std::string_view in) {
+  std::string out;
+  if (utf8_decode_prefix(in, out) < in.size()) out += kReplacement;
+  return out;
+}
+
+bool is_valid_utf8(std::string_view s) {
+  size_t i = 0;
+  const size_t n = s.size();
+  while (i < n) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    if (b < 0x80) {
+      ++i;
+      continue;
+    }
+    unsigned need;
+    unsigned char lo = 0x80, hi = 0xBF;
+    if (b >= 0xC2 && b <= 0xDF) {
+      need = 1;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+      need = 2;
+      if (b == 0xE0) lo = 0xA0;
+      if (b == 0xED) hi = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+      need = 3;
+      if (b == 0xF0) lo = 0x90;
+      if (b == 0xF4) hi = 0x8F;
+    } else {
+      return false;
+    }
+    for (unsigned k = 1; k <= need; ++k) {
+      if (i + k >= n) return false;
+      const auto c = static_cast<unsigned char>(s[i + k]);
+      if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return false;
+    }
+    i += need + 1;
+  }
+  return true;
+}
+
+bool is_js_space(uint32_t cp) {
+  switch (cp) {
+    case 0x09: case 0x0A: case 0x0B: case 0x0C: case 0x0D: case 0x20: case 0xA0: case 0x1680:
+    case 0x2028: case 0x2029: case 0x202F: case 0x205F: case 0x3000: case 0xFEFF:
+      return true;
+    default:
+      return cp >= 0x2000 && cp <= 0x200A;
+  }
+}
+
+bool is_word_char(uint32_t cp) {
+  if (cp == '_') return true;
+  switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string_view js_trim_end(std::string_view s) {
+  while (!s.empty()) {
+    // Find the start of the last code point.
+    size_t k = s.size() - 1;
+    while (k > 0 && (static_cast<unsigned char>(s[k]) & 0xC0) == 0x80) --k;
+    size_t j = k;
+    if (!is_js_space(next_codepoint(s, j))) break;
+    s = s.substr(0, k);
+  }
+  return s;
+}
+
+std::string_view js_trim_start(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = i;
+    if (!is_js_space(next_codepoint(s, j))) break;
+    i = j;
+  }
+  return s.substr(i);
+}
+
+std::string normalize(std::string_view s, NormForm form) {
+  bool ascii = true;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) {
+      ascii = false;
+      break;
+    }
+  }
+  if (ascii) return std::string(s);
+  int options = UTF8PROC_STABLE;
+  switch (form) {
+    case NormForm::NFC: options |= UTF8PROC_COMPOSE; break;
+    case NormForm::NFD: options |= UTF8PROC_DECOMPOSE; break;
+    case NormForm::NFKC: options |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
+    case NormForm::NFKD: options |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+  }
+  utf8proc_uint8_t* dst = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
+                   static_cast<utf8proc_ssize_t>(s.size()), &dst,
+                   static_cast<utf8proc_option_t>(options));
+  if (n < 0) fail("unicode normalization failed: ", utf8proc_errmsg(n));
+  std::unique_ptr<utf8proc_uint8_t, void (*)(void*)> guard(dst, std::free);
+  return std::string(reinterpret_cast<const char*>(dst), static_cast<size_t>(n));
+}
+
+}  // namespace dspark::tokenizer_detail

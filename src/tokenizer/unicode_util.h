@@ -1,0 +1,47 @@
+// UTF-8 helpers for the tokenizer: validation, WHATWG-style decoding with U+FFFD,
+// Unicode normalization (utf8proc) and JavaScript's notion of whitespace.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace dspark::tokenizer_detail {
+
+struct CodepointRange {
+  uint32_t lo, hi;  // inclusive
+};
+
+// Appends the UTF-8 encoding of a Unicode scalar value.
+void append_utf8(std::string& out, uint32_t cp);
+
+// Decodes one code point at s[i] of a string known to be valid UTF-8; advances i.
+uint32_t next_codepoint(std::string_view s, size_t& i);
+
+// True when s is well-formed UTF-8 (no surrogates, no overlongs, <= U+10FFFF).
+bool is_valid_utf8(std::string_view s);
+
+// Decodes bytes the way the WHATWG "utf-8" TextDecoder does (non-fatal): every maximal
+// subpart of an ill-formed sequence becomes one U+FFFD. Stops before a trailing sequence
+// that is incomplete but could still become valid, and returns the number of bytes
+// consumed; the caller decides whether more bytes may follow (streaming) or not.
+size_t utf8_decode_prefix(std::string_view in, std::string& out);
+
+// Whole-input decode: like utf8_decode_prefix, and an incomplete tail becomes one U+FFFD.
+std::string utf8_sanitize(std::string_view in);
+
+// JavaScript's \s / String.prototype.trim whitespace (WhiteSpace + LineTerminator).
+bool is_js_space(uint32_t cp);
+// A letter, a number (utf8proc categories) or '_': what counts as a word for single_word.
+bool is_word_char(uint32_t cp);
+
+// Trims JavaScript whitespace from the end / start of valid UTF-8.
+std::string_view js_trim_end(std::string_view s);
+std::string_view js_trim_start(std::string_view s);
+
+enum class NormForm { NFC, NFD, NFKC, NFKD };
+// Unicode normalization of valid UTF-8 (embedded NULs allowed). ASCII passes through.
+std::string normalize(std::string_view s, NormForm form);
+
+}  // namespace dspark::tokenizer_detail

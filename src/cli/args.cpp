@@ -37,6 +37,7 @@ void Args::parse(int argc, char** argv) {
         value = argv[++i];
       }
       values_[name] = value;
+      all_values_[name].push_back(value);
     } else {
       if (inline_value) fail("flag --", name, " takes no value");
       values_[name] = "1";
@@ -97,4 +98,11 @@ double Args::number(const std::string& name) const {
   return x;
 }
 
+}  // namespace dspark
+
+namespace dspark {
+std::vector<std::string> Args::list(const std::string& name) const {
+  auto it = all_values_.find(name);
+  return it == all_values_.end() ? std::vector<std::string>{} : it->second;
+}
 }  // namespace dspark

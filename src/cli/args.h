@@ -26,6 +26,8 @@ class Args {
   std::optional<std::string> opt(const std::string& name) const;
   int64_t integer(const std::string& name) const;  // throws Error naming the flag if not an integer
   double number(const std::string& name) const;
+  // Every value of a flag that may be repeated (--stop a --stop b), in order.
+  std::vector<std::string> list(const std::string& name) const;
 
  private:
   struct Spec {
@@ -36,6 +38,7 @@ class Args {
   std::vector<std::string> order_;
   std::map<std::string, Spec> specs_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::vector<std::string>> all_values_;
   bool help_ = false;
 };
 

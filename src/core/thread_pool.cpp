@@ -1,27 +1,146 @@
 #include "core/thread_pool.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
-#include <atomic>
+#include <cstdlib>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 namespace dspark {
+namespace detail {
 namespace {
-std::atomic<int> g_threads{0};
+
+thread_local bool t_in_task = false;
+
+// The current job. `state` packs (generation << 32) | next task index; a worker may run a
+// task only after a successful compare-exchange on a state of the job's own generation.
+struct Job {
+  std::atomic<uint64_t> state{0};
+  std::atomic<TaskFn> fn{nullptr};
+  std::atomic<void*> ctx{nullptr};
+  std::atomic<int> n_tasks{0};
+  std::atomic<int> done{0};
+};
+
+class Pool {
+ public:
+  explicit Pool(int n) : n_(n) {
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this] { worker_loop(); });
+  }
+  ~Pool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  int size() const { return n_; }
+
+  void run(int n_tasks, TaskFn fn, void* ctx) {
+    std::lock_guard<std::mutex> serial(run_mu_);  // one job at a time
+    const uint64_t gen = (job_.state.load(std::memory_order_relaxed) >> 32) + 1;
+    job_.fn.store(fn, std::memory_order_relaxed);
+    job_.ctx.store(ctx, std::memory_order_relaxed);
+    job_.n_tasks.store(n_tasks, std::memory_order_relaxed);
+    job_.done.store(0, std::memory_order_relaxed);
+    job_.state.store(gen << 32, std::memory_order_release);
+    if (sleepers_.load(std::memory_order_acquire) > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cv_.notify_all();
+    }
+    t_in_task = true;
+    work(gen);
+    t_in_task = false;
+    while (job_.done.load(std::memory_order_acquire) < n_tasks) _mm_pause();
+  }
+
+ private:
+  // Grabs and runs tasks of generation `gen` until none are left.
+  void work(uint64_t gen) {
+    for (;;) {
+      uint64_t s = job_.state.load(std::memory_order_acquire);
+      if ((s >> 32) != gen) return;
+      const TaskFn fn = job_.fn.load(std::memory_order_relaxed);
+      void* ctx = job_.ctx.load(std::memory_order_relaxed);
+      const int n = job_.n_tasks.load(std::memory_order_relaxed);
+      const int next = int(s & 0xffffffffu);
+      if (next >= n) return;
+      if (!job_.state.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel)) continue;
+      fn(ctx, next);
+      job_.done.fetch_add(1, std::memory_order_release);
+    }
+  }
+
+  void worker_loop() {
+    uint64_t seen = job_.state.load(std::memory_order_acquire) >> 32;
+    for (;;) {
+      // Spin briefly: within a forward pass the next job follows within microseconds.
+      uint64_t gen = seen;
+      for (int i = 0; i < 20000 && gen == seen; ++i) {
+        _mm_pause();
+        gen = job_.state.load(std::memory_order_acquire) >> 32;
+      }
+      if (gen == seen) {
+        std::unique_lock<std::mutex> lock(mu_);
+        sleepers_.fetch_add(1, std::memory_order_acq_rel);
+        cv_.wait(lock, [&] {
+          return stop_ || (job_.state.load(std::memory_order_acquire) >> 32) != seen;
+        });
+        sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+        if (stop_) return;
+        gen = job_.state.load(std::memory_order_acquire) >> 32;
+      }
+      seen = gen;
+      t_in_task = true;
+      work(gen);
+      t_in_task = false;
+    }
+  }
+
+  int n_;
+  Job job_;
+  std::vector<std::thread> workers_;
+  std::mutex run_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<int> sleepers_{0};
+  bool stop_ = false;
+};
+
+std::mutex g_pool_mu;
+Pool* g_pool = nullptr;
+
+Pool& pool() {
+  Pool* p = g_pool;
+  if (p) return *p;
+  set_num_threads(0);
+  return *g_pool;
 }
+
+}  // namespace
+
+void run_parallel(int n_tasks, TaskFn fn, void* ctx) { pool().run(n_tasks, fn, ctx); }
+bool in_parallel_region() { return t_in_task; }
+
+}  // namespace detail
 
 void set_num_threads(int n) {
-  if (n <= 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
-  g_threads = n;
-  omp_set_num_threads(n);
+  if (n <= 0) {
+    // Default: DSPARK_THREADS if set, else every core.
+    const char* env = std::getenv("DSPARK_THREADS");
+    n = env ? std::atoi(env) : 0;
+    if (n <= 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  std::lock_guard<std::mutex> lock(detail::g_pool_mu);
+  if (detail::g_pool && detail::g_pool->size() == n) return;
+  delete detail::g_pool;
+  detail::g_pool = new detail::Pool(n);
 }
 
-int num_threads() {
-  int n = g_threads.load(std::memory_order_relaxed);
-  if (n == 0) {
-    set_num_threads(0);
-    n = g_threads.load();
-  }
-  return n;
-}
+int num_threads() { return detail::pool().size(); }
 
 }  // namespace dspark

@@ -1,38 +1,38 @@
-// ThreadPool: the process's one set of compute threads (the OpenMP team, which oneDNN shares).
+// ThreadPool: the process's one set of compute threads.
+//
+// parallel_for hands out task indices through one atomic word; the calling thread works too,
+// and it waits only for tasks that were actually started. A worker descheduled by another
+// process therefore never stalls a step: whoever is running takes the remaining tasks.
 #pragma once
 
-#include <omp.h>
+#include <atomic>
+#include <cstdint>
 
 namespace dspark {
 
-// Number of compute threads; set once from --threads (default: all cores).
+// Number of compute threads, the caller included; set from --threads (0: the
+// DSPARK_THREADS environment variable if set, else all cores).
 void set_num_threads(int n);
 int num_threads();
 
-// Runs fn(task) for task in [0, n_tasks) on the pool; tasks are handed out dynamically.
-// fn is called from several threads at once. Nested calls run serially.
+namespace detail {
+using TaskFn = void (*)(void* ctx, int task);
+void run_parallel(int n_tasks, TaskFn fn, void* ctx);
+bool in_parallel_region();
+}  // namespace detail
+
+// Runs fn(task) for every task in [0, n_tasks), spread over the pool. fn runs on several
+// threads at once; calls made from inside a task run serially on that thread.
 template <class Fn>
 void parallel_for(int n_tasks, Fn&& fn) {
   if (n_tasks <= 0) return;
-  if (n_tasks == 1 || num_threads() == 1 || omp_in_parallel()) {
+  if (n_tasks == 1 || num_threads() == 1 || detail::in_parallel_region()) {
     for (int t = 0; t < n_tasks; ++t) fn(t);
     return;
   }
-  int threads = n_tasks < num_threads() ? n_tasks : num_threads();
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
-  for (int t = 0; t < n_tasks; ++t) fn(t);
-}
-
-// Runs fn(thread_index, n_threads) once on each pool thread (static partitioning).
-template <class Fn>
-void parallel_threads(Fn&& fn) {
-  int n = num_threads();
-  if (n == 1 || omp_in_parallel()) {
-    fn(0, 1);
-    return;
-  }
-#pragma omp parallel num_threads(n)
-  fn(omp_get_thread_num(), n);
+  using F = std::remove_reference_t<Fn>;
+  detail::run_parallel(
+      n_tasks, [](void* ctx, int task) { (*static_cast<F*>(ctx))(task); }, const_cast<void*>(static_cast<const void*>(&fn)));
 }
 
 }  // namespace dspark

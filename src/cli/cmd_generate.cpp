@@ -1,0 +1,104 @@
+// dspark generate: stream a completion of a prompt from a local HF checkpoint.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "model/forward.h"
+#include "runtime/generate.h"
+
+namespace dspark {
+
+int cmd_generate(int argc, char** argv) {
+  Args args;
+  args.flag("model", "model directory (config.json, model.safetensors, tokenizer.json)")
+      .flag("prompt", "prompt text")
+      .flag("prompt-file", "read the prompt from this file")
+      .flag("chat", "wrap the prompt in the model's chat template", false)
+      .flag("system", "system message for --chat")
+      .flag("max-tokens", "tokens to generate at most", true, "128")
+      .flag("temperature", "sampling temperature (0: greedy)", true, "0")
+      .flag("top-p", "nucleus sampling mass", true, "1")
+      .flag("top-k", "keep only the k most likely tokens (0: off)", true, "0")
+      .flag("min-p", "drop tokens below min-p times the most likely one", true, "0")
+      .flag("seed", "random seed", true, "0")
+      .flag("stop", "stop before this string (repeatable)")
+      .flag("kv-tokens", "KV cache capacity in tokens", true, "32768")
+      .flag("json", "print one JSON object instead of streaming text", false);
+  add_runtime_flags(args);
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage("generate", "Generates text from a prompt, streaming it to stdout.");
+    return 0;
+  }
+  const DType dtype = apply_runtime_flags(args);
+  const std::string dir = args.str("model");
+  std::string prompt_text;
+  if (args.on("prompt") == args.on("prompt-file")) fail("give exactly one of --prompt and --prompt-file");
+  prompt_text = args.on("prompt") ? args.str("prompt") : read_text_file(args.str("prompt-file"));
+
+  auto tok = Tokenizer::from_dir(dir);
+  auto model = Model::load(dir, LoadOptions{dtype});
+  const ModelConfig& cfg = model->config();
+  if (tok->vocab_size() > cfg.vocab_size)
+    fail(dir, ": tokenizer.json has ", tok->vocab_size(), " tokens but config.json vocab_size is ", cfg.vocab_size);
+
+  GenerateParams gp;
+  gp.max_tokens = int(args.integer("max-tokens"));
+  gp.sampling.temperature = float(args.number("temperature"));
+  gp.sampling.top_p = float(args.number("top-p"));
+  gp.sampling.top_k = int(args.integer("top-k"));
+  gp.sampling.min_p = float(args.number("min-p"));
+  gp.sampling.seed = uint64_t(args.integer("seed"));
+  gp.sampling.validate();
+  gp.stop_strings = args.list("stop");
+  gp.stop_token_ids = cfg.eos_token_ids;
+
+  std::vector<int32_t> prompt;
+  if (args.on("chat")) {
+    ChatFormat fmt = detect_chat_format(*tok);
+    std::vector<ChatMessage> msgs;
+    if (args.on("system")) msgs.push_back({"system", args.str("system")});
+    msgs.push_back({"user", prompt_text});
+    prompt = tok->encode(apply_chat_template(fmt, msgs, true));
+    for (int32_t id : chat_stop_tokens(*tok, fmt)) gp.stop_token_ids.push_back(id);
+  } else {
+    prompt = tok->encode(prompt_text, /*add_special_tokens=*/true);
+  }
+  if (prompt.empty()) fail("the prompt encodes to no tokens");
+
+  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype, args.integer("kv-tokens"));
+  Forward fwd(*model, kv);
+  const int seq = kv.create_sequence();
+  const bool json_out = args.on("json");
+  GenerateResult r = generate(fwd, seq, *tok, prompt, gp, [&](const std::string& piece) {
+    if (!json_out) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  });
+  const double prefill_tok_s = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
+  const double decode_tok_s = r.decode_seconds > 0 ? double(r.tokens.size()) / r.decode_seconds : 0;
+  if (json_out) {
+    nlohmann::json j;
+    j["text"] = r.text;
+    j["token_ids"] = r.tokens;
+    j["prompt_tokens"] = r.prompt_tokens;
+    j["completion_tokens"] = r.tokens.size();
+    j["finish_reason"] = r.finish_reason;
+    j["prefill_tok_s"] = prefill_tok_s;
+    j["decode_tok_s"] = decode_tok_s;
+    std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  } else {
+    std::fprintf(stdout, "\n");
+    std::fprintf(stderr, "[%d prompt tokens, %.1f tok/s prefill; %zu tokens, %.2f tok/s decode; %s]\n",
+                 r.prompt_tokens, prefill_tok_s, r.tokens.size(), decode_tok_s, r.finish_reason.c_str());
+  }
+  return 0;
+}
+
+}  // namespace dspark

@@ -1,0 +1,111 @@
+#include "kernels/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/cpu.h"
+#include "core/thread_pool.h"
+
+namespace dspark {
+
+namespace {
+
+inline float kv_at(const PagedKvLayer& kv, const void* base, int64_t idx) {
+  if (kv.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(base)[idx]);
+  return static_cast<const float*>(base)[idx];
+}
+
+inline int64_t k_index(const PagedKvLayer& kv, int32_t phys, int h, int d, int off) {
+  return int64_t(phys) * kv.block_elems() + (int64_t(h) * kv.head_dim + d) * kKvBlock + off;
+}
+
+inline int64_t v_index(const PagedKvLayer& kv, int32_t phys, int h, int off, int d) {
+  return int64_t(phys) * kv.block_elems() + (int64_t(h) * kKvBlock + off) * kv.head_dim + d;
+}
+
+}  // namespace
+
+void kv_write(const PagedKvLayer& kv, const int32_t* block_table, int pos, const float* k_row,
+              const float* v_row) {
+  const int32_t phys = block_table[pos / kKvBlock];
+  const int off = pos % kKvBlock;
+  for (int h = 0; h < kv.n_kv_heads; ++h) {
+    for (int d = 0; d < kv.head_dim; ++d) {
+      int64_t ki = k_index(kv, phys, h, d, off), vi = v_index(kv, phys, h, off, d);
+      float kval = k_row[h * kv.head_dim + d], vval = v_row[h * kv.head_dim + d];
+      if (kv.dtype == DType::BF16) {
+        static_cast<uint16_t*>(kv.k)[ki] = f32_to_bf16(kval);
+        static_cast<uint16_t*>(kv.v)[vi] = f32_to_bf16(vval);
+      } else {
+        static_cast<float*>(kv.k)[ki] = kval;
+        static_cast<float*>(kv.v)[vi] = vval;
+      }
+    }
+  }
+}
+
+namespace detail {
+
+void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
+                         int n_heads, float scale, float* out, int64_t ldo) {
+  const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;
+  parallel_for(rows.n * n_heads, [&](int task) {
+    const int r = task / n_heads, h = task % n_heads, kvh = h / group;
+    const int n = rows.visible[r];
+    const int32_t* table = rows.tables[r];
+    const float* qh = q + r * ldq + int64_t(h) * hd;
+    std::vector<float> s(size_t(std::max(n, 1)));
+    float mx = -INFINITY;
+    for (int j = 0; j < n; ++j) {
+      int32_t phys = table[j / kKvBlock];
+      float acc = 0.f;
+      for (int d = 0; d < hd; ++d) acc += qh[d] * kv_at(kv, kv.k, k_index(kv, phys, kvh, d, j % kKvBlock));
+      s[j] = acc * scale;
+      mx = std::max(mx, s[j]);
+    }
+    double sum = 0;
+    for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    float* o = out + r * ldo + int64_t(h) * hd;
+    for (int d = 0; d < hd; ++d) o[d] = 0.f;
+    for (int j = 0; j < n; ++j) {
+      int32_t phys = table[j / kKvBlock];
+      float p = float(s[j] / sum);
+      for (int d = 0; d < hd; ++d) o[d] += p * kv_at(kv, kv.v, v_index(kv, phys, kvh, j % kKvBlock, d));
+    }
+  });
+}
+
+}  // namespace detail
+
+void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
+               int n_heads, float scale, float* out, int64_t ldo) {
+  static const bool avx2 = cpu_features().avx2 && cpu_features().fma;
+  if (!avx2 || kv.head_dim % 8 != 0)
+    return detail::attention_reference(kv, rows, q, ldq, n_heads, scale, out, ldo);
+  // Tiles: runs of up to kTileRows consecutive rows that share a sequence, so each K/V block
+  // read from memory serves every query row and GQA head of the tile.
+  constexpr int kTileRows = 8;
+  // (thread_local storage must be read through a reference: workers have their own copies)
+  thread_local std::vector<int> tile_start_storage;
+  std::vector<int>& tile_start = tile_start_storage;
+  tile_start.clear();
+  for (int r = 0; r < rows.n;) {
+    tile_start.push_back(r);
+    int e = r + 1;
+    while (e < rows.n && e - r < kTileRows && rows.tables[e] == rows.tables[r]) ++e;
+    r = e;
+  }
+  tile_start.push_back(rows.n);
+  const int tiles = int(tile_start.size()) - 1;
+  const int group = n_heads / kv.n_kv_heads;
+  parallel_for(tiles * kv.n_kv_heads, [&](int task) {
+    const int t = task / kv.n_kv_heads, kvh = task % kv.n_kv_heads;
+    const int r0 = tile_start[t], nr = tile_start[t + 1] - r0;
+    detail::attention_tile_avx2(kv, rows.tables[r0], rows.visible + r0, nr, q + r0 * ldq, ldq, group,
+                                kvh, scale, out + r0 * ldo, ldo);
+  });
+}
+
+}  // namespace dspark

@@ -1,0 +1,53 @@
+// Attention over a paged KV cache: causal by default, any prefix-visibility per query row.
+#pragma once
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace dspark {
+
+// Keys and values of one sequence live in fixed blocks of kKvBlock positions.
+constexpr int kKvBlock = 16;
+
+// One layer of a paged cache. Within a block, K is stored dimension-major
+// ([head_dim][kKvBlock] per kv head) so a query scores a whole block with vector FMAs,
+// and V is position-major ([kKvBlock][head_dim]).
+struct PagedKvLayer {
+  DType dtype = DType::F32;  // F32 or BF16
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  void* k = nullptr;  // [num_blocks][n_kv_heads][head_dim][kKvBlock]
+  void* v = nullptr;  // [num_blocks][n_kv_heads][kKvBlock][head_dim]
+
+  int64_t block_elems() const { return int64_t(n_kv_heads) * head_dim * kKvBlock; }
+};
+
+// Writes the K and V rows (n_kv_heads * head_dim values each) of one position.
+void kv_write(const PagedKvLayer& kv, const int32_t* block_table, int pos, const float* k_row,
+              const float* v_row);
+
+// The query rows of one attention call. Row r attends to positions [0, visible[r]) of the
+// sequence whose block table is tables[r]: visible = pos + 1 is causal; a block of draft
+// rows that all use the block's end sees itself bidirectionally plus everything before it.
+struct AttentionRows {
+  int n = 0;
+  const int32_t* const* tables = nullptr;  // [n] block table of each row's sequence
+  const int32_t* visible = nullptr;        // [n]
+};
+
+// out[r, h*hd:(h+1)*hd] = softmax(scale * q_h · Kᵀ) · V over the visible keys, GQA heads
+// h mapping to kv head h / (n_heads / n_kv_heads). q and out have row strides ldq and ldo.
+void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
+               int n_heads, float scale, float* out, int64_t ldo);
+
+namespace detail {
+void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
+                         int n_heads, float scale, float* out, int64_t ldo);
+// Attends query vectors of rows [r0, r0+nr) (all sharing one block table) for kv head kvh.
+void attention_tile_avx2(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
+                         const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
+                         int64_t ldo);
+}  // namespace detail
+
+}  // namespace dspark

@@ -1,0 +1,323 @@
+// AVX2/FMA matrix products for bf16 and f32 weights in HF layout W[n, k].
+//
+// Two kernels, picked by the number of rows m:
+//  - m <= kDotMaxRows (decode and speculative verification): a dot-product kernel that
+//    streams W straight from memory once. A 32-byte load holds 16 bf16 weights; shifting
+//    left by 16 yields the even elements as f32 and masking the low half yields the odd ones,
+//    so x is pre-arranged per 16-chunk as [even 8 | odd 8] and no widening shuffles are needed.
+//  - larger m (prefill): W is packed per 16-row panel into k-major f32 (the widening and
+//    transpose happen once per panel) and a 6x16 outer-product kernel runs from L1.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/buffer.h"
+#include "core/thread_pool.h"
+#include "kernels/gemm.h"
+
+namespace dspark::detail {
+namespace {
+
+// Loops over register tiles must be fully unrolled, or the compiler keeps the
+// accumulators in memory.
+#define DSPARK_UNROLL _Pragma("GCC unroll 16")
+
+constexpr int kDotMaxRows = 16;
+constexpr int kDotKc = 512;       // k block of the dot kernel (x tile stays in L1)
+constexpr int kDotChunk = 32;     // W rows per parallel task in the dot kernel
+constexpr int kPackKc = 256;      // k block of the packed kernel (a 16 KiB panel stays in L1)
+constexpr int kPackMc = 120;      // x rows per block of the packed kernel (120 KiB of x in L2)
+constexpr int kPanel = 16;        // W rows per packed panel (two ymm columns of the 6x16 kernel)
+constexpr int kPanelsPerTask = 4; // panels per parallel task
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Sums four vectors horizontally into one __m128 [h(a), h(b), h(c), h(d)].
+inline __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+  __m256 ab = _mm256_hadd_ps(a, b);
+  __m256 cd = _mm256_hadd_ps(c, d);
+  __m256 abcd = _mm256_hadd_ps(ab, cd);
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// ---- dot-product kernel ---------------------------------------------------------------
+
+template <bool kBf16>
+inline void load_w16(const void* w, int64_t k, __m256& lo, __m256& hi) {
+  if constexpr (kBf16) {
+    __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + k));
+    lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u))));
+  } else {
+    lo = _mm256_loadu_ps(static_cast<const float*>(w) + k);
+    hi = _mm256_loadu_ps(static_cast<const float*>(w) + k + 8);
+  }
+}
+
+template <bool kBf16>
+inline float w_at(const void* w, int64_t k) {
+  if constexpr (kBf16) return bf16_to_f32(static_cast<const uint16_t*>(w)[k]);
+  return static_cast<const float*>(w)[k];
+}
+
+// acc over k in [k0, k1) for MR rows of x (arranged; row stride ldx) and NR rows of W.
+// k1 - k0 is a multiple of 16. Adds (or stores when `store`) into y.
+template <int MR, int NR, bool kBf16>
+void dot_micro(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw_bytes, int64_t k0,
+               int64_t k1, float* y, int64_t ldy, bool store) {
+  __m256 acc[MR][NR];
+  DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i)
+    DSPARK_UNROLL
+    for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
+  for (int64_t k = k0; k < k1; k += 16) {
+    DSPARK_UNROLL
+    for (int j = 0; j < NR; ++j) {
+      __m256 lo, hi;
+      load_w16<kBf16>(w + j * ldw_bytes, k, lo, hi);
+      DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i) {
+        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k), lo, acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k + 8), hi, acc[i][j]);
+      }
+    }
+  }
+  DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i) {
+    float* yr = y + i * ldy;
+    int j = 0;
+    DSPARK_UNROLL
+    for (; j + 4 <= NR; j += 4) {
+      __m128 s = hsum4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
+      if (!store) s = _mm_add_ps(s, _mm_loadu_ps(yr + j));
+      _mm_storeu_ps(yr + j, s);
+    }
+    DSPARK_UNROLL
+    for (; j < NR; ++j) yr[j] = store ? hsum(acc[i][j]) : yr[j] + hsum(acc[i][j]);
+  }
+}
+
+template <int MR, bool kBf16>
+void dot_rows(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw_bytes, int nrows,
+              int64_t k0, int64_t k1, float* y, int64_t ldy, bool store) {
+  // NR is chosen so that MR*NR accumulators fit the 16 ymm registers with room for operands.
+  constexpr int NR = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : 3;
+  int j = 0;
+  for (; j + NR <= nrows; j += NR)
+    dot_micro<MR, NR, kBf16>(x, ldx, w + j * ldw_bytes, ldw_bytes, k0, k1, y + j, ldy, store);
+  for (; j < nrows; ++j)
+    dot_micro<MR, 1, kBf16>(x, ldx, w + j * ldw_bytes, ldw_bytes, k0, k1, y + j, ldy, store);
+}
+
+template <bool kBf16>
+void gemm_dot(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
+              bool accumulate) {
+  const int64_t K = w.k;
+  const int64_t kvec = K / 16 * 16;
+  // Arrange x: for bf16 weights each 16-chunk becomes [even 8 | odd 8]; the tail is kept as is.
+  thread_local Buffer<float> arranged;
+  const float* xa = x;
+  int64_t ldxa = ldx;
+  if (kBf16) {
+    arranged.resize(size_t(m) * size_t(K));
+    for (int i = 0; i < m; ++i) {
+      const float* src = x + i * ldx;
+      float* dst = arranged.data() + i * K;
+      for (int64_t c = 0; c < kvec; c += 16)
+        for (int t = 0; t < 8; ++t) {
+          dst[c + t] = src[c + 2 * t];
+          dst[c + 8 + t] = src[c + 2 * t + 1];
+        }
+      for (int64_t c = kvec; c < K; ++c) dst[c] = src[c];
+    }
+    xa = arranged.data();
+    ldxa = K;
+  }
+  const int64_t esz = kBf16 ? 2 : 4;
+  const int64_t ldw_bytes = w.ld * esz;
+  const auto* wbase = static_cast<const uint8_t*>(w.data);
+  const int tasks = (w.n + kDotChunk - 1) / kDotChunk;
+  parallel_for(tasks, [&](int t) {
+    const int n0 = t * kDotChunk;
+    const int nrows = std::min(kDotChunk, w.n - n0);
+    const uint8_t* wt = wbase + n0 * ldw_bytes;
+    for (int64_t k0 = 0; k0 < kvec; k0 += kDotKc) {
+      const int64_t k1 = std::min(kvec, k0 + kDotKc);
+      const bool store = (k0 == 0) && !accumulate;
+      float* yt = y + n0;
+      int i = 0;
+      for (; i + 4 <= m; i += 4)
+        dot_rows<4, kBf16>(xa + i * ldxa, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store);
+      const float* xr = xa + i * ldxa;
+      switch (m - i) {
+        case 3: dot_rows<3, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store); break;
+        case 2: dot_rows<2, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store); break;
+        case 1: dot_rows<1, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store); break;
+        default: break;
+      }
+    }
+    if (kvec == 0 && !accumulate)
+      for (int i = 0; i < m; ++i) std::fill(y + i * ldy + n0, y + i * ldy + n0 + nrows, 0.f);
+    if (kvec < K) {  // k tail, scalar (in the original x order)
+      for (int i = 0; i < m; ++i)
+        for (int j = 0; j < nrows; ++j) {
+          const uint8_t* wr = wt + j * ldw_bytes;
+          float s = 0.f;
+          for (int64_t k = kvec; k < K; ++k) s += x[i * ldx + k] * w_at<kBf16>(wr, k);
+          y[i * ldy + n0 + j] += s;
+        }
+    }
+  });
+}
+
+// ---- packed outer-product kernel --------------------------------------------------------
+
+// Packs W rows [0, rows) (rows <= 16) x k [k0, k0+kc) into panel[kk * 16 + r] as f32;
+// rows past `rows` are zero.
+template <bool kBf16>
+void pack_panel(const uint8_t* w, int64_t ldw_bytes, int rows, int64_t k0, int kc, float* panel) {
+  int r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    int kk = 0;
+    for (; kk + 8 <= kc; kk += 8) {
+      __m256 v[8];
+      for (int i = 0; i < 8; ++i) {
+        const uint8_t* row = w + (r + i) * ldw_bytes;
+        if constexpr (kBf16) {
+          __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(
+              reinterpret_cast<const uint16_t*>(row) + k0 + kk));
+          v[i] = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+        } else {
+          v[i] = _mm256_loadu_ps(reinterpret_cast<const float*>(row) + k0 + kk);
+        }
+      }
+      // 8x8 transpose
+      __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+      __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+      __m256 t4 = _mm256_unpacklo_ps(v[4], v[5]), t5 = _mm256_unpackhi_ps(v[4], v[5]);
+      __m256 t6 = _mm256_unpacklo_ps(v[6], v[7]), t7 = _mm256_unpackhi_ps(v[6], v[7]);
+      __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+      __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+      __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+      __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+      float* p = panel + kk * kPanel + r;
+      _mm256_store_ps(p + 0 * kPanel, _mm256_permute2f128_ps(s0, s4, 0x20));
+      _mm256_store_ps(p + 1 * kPanel, _mm256_permute2f128_ps(s1, s5, 0x20));
+      _mm256_store_ps(p + 2 * kPanel, _mm256_permute2f128_ps(s2, s6, 0x20));
+      _mm256_store_ps(p + 3 * kPanel, _mm256_permute2f128_ps(s3, s7, 0x20));
+      _mm256_store_ps(p + 4 * kPanel, _mm256_permute2f128_ps(s0, s4, 0x31));
+      _mm256_store_ps(p + 5 * kPanel, _mm256_permute2f128_ps(s1, s5, 0x31));
+      _mm256_store_ps(p + 6 * kPanel, _mm256_permute2f128_ps(s2, s6, 0x31));
+      _mm256_store_ps(p + 7 * kPanel, _mm256_permute2f128_ps(s3, s7, 0x31));
+    }
+    for (; kk < kc; ++kk)
+      for (int i = 0; i < 8; ++i)
+        panel[kk * kPanel + r + i] = w_at<kBf16>(w + (r + i) * ldw_bytes, k0 + kk);
+  }
+  for (; r < kPanel; ++r)
+    for (int kk = 0; kk < kc; ++kk)
+      panel[kk * kPanel + r] = r < rows ? w_at<kBf16>(w + r * ldw_bytes, k0 + kk) : 0.f;
+}
+
+// y[MR, 16] (+)= x[MR, kc] · panel[kc, 16]; the classic broadcast-A outer product.
+template <int MR>
+void outer_micro(const float* x, int64_t ldx, const float* panel, int kc, float* y, int64_t ldy,
+                 int cols, bool store) {
+  __m256 c0[MR], c1[MR];
+  DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
+  const float* xr[MR];
+  DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx;
+  for (int kk = 0; kk < kc; ++kk) {
+    const __m256 b0 = _mm256_load_ps(panel + kk * kPanel);
+    const __m256 b1 = _mm256_load_ps(panel + kk * kPanel + 8);
+    DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(xr[i] + kk);
+      c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
+      c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
+    }
+  }
+  DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i) {
+    float* yr = y + i * ldy;
+    if (cols == kPanel) {
+      __m256 v0 = c0[i], v1 = c1[i];
+      if (!store) {
+        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(yr));
+        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(yr + 8));
+      }
+      _mm256_storeu_ps(yr, v0);
+      _mm256_storeu_ps(yr + 8, v1);
+    } else {
+      alignas(32) float tmp[kPanel];
+      _mm256_store_ps(tmp, c0[i]);
+      _mm256_store_ps(tmp + 8, c1[i]);
+      for (int c = 0; c < cols; ++c) yr[c] = store ? tmp[c] : yr[c] + tmp[c];
+    }
+  }
+}
+
+template <bool kBf16>
+void gemm_packed(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
+                 bool accumulate) {
+  const int64_t K = w.k;
+  const int64_t ldw_bytes = w.ld * (kBf16 ? 2 : 4);
+  const auto* wbase = static_cast<const uint8_t*>(w.data);
+  const int panels = (w.n + kPanel - 1) / kPanel;
+  const int groups = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
+  parallel_for(groups, [&](int g) {
+    thread_local Buffer<float> panel_storage;
+    panel_storage.resize(size_t(kPackKc) * kPanel);
+    float* panel = panel_storage.data();
+    const int p0 = g * kPanelsPerTask, p1 = std::min(panels, p0 + kPanelsPerTask);
+    for (int64_t k0 = 0; k0 < K; k0 += kPackKc) {
+      const int kc = int(std::min<int64_t>(kPackKc, K - k0));
+      const bool store = (k0 == 0) && !accumulate;
+      for (int m0 = 0; m0 < m; m0 += kPackMc) {
+        const int m1 = std::min(m, m0 + kPackMc);
+        for (int p = p0; p < p1; ++p) {
+          const int n0 = p * kPanel, cols = std::min(kPanel, w.n - n0);
+          pack_panel<kBf16>(wbase + n0 * ldw_bytes, ldw_bytes, cols, k0, kc, panel);
+          const float* xk = x + k0;
+          int i = m0;
+          for (; i + 6 <= m1; i += 6)
+            outer_micro<6>(xk + i * ldx, ldx, panel, kc, y + i * ldy + n0, ldy, cols, store);
+          const float* xr = xk + i * ldx;
+          float* yr = y + i * ldy + n0;
+          switch (m1 - i) {
+            case 5: outer_micro<5>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
+            case 4: outer_micro<4>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
+            case 3: outer_micro<3>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
+            case 2: outer_micro<2>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
+            case 1: outer_micro<1>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
+            default: break;
+          }
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void gemm_avx2(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
+               bool accumulate) {
+  const bool bf16 = w.dtype == DType::BF16;
+  if (m <= kDotMaxRows) {
+    if (bf16) gemm_dot<true>(x, m, ldx, w, y, ldy, accumulate);
+    else gemm_dot<false>(x, m, ldx, w, y, ldy, accumulate);
+  } else {
+    if (bf16) gemm_packed<true>(x, m, ldx, w, y, ldy, accumulate);
+    else gemm_packed<false>(x, m, ldx, w, y, ldy, accumulate);
+  }
+}
+
+}  // namespace dspark::detail

@@ -1,0 +1,76 @@
+#include "kernels/ops.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/cpu.h"
+
+namespace dspark {
+
+namespace {
+bool use_avx2() {
+  static const bool on = cpu_features().avx2 && cpu_features().fma;
+  return on;
+}
+}  // namespace
+
+void rmsnorm(const float* x, int64_t ldx, const float* weight, float* y, int64_t ldy, int rows, int dim,
+             float eps) {
+  if (use_avx2() && dim % 8 == 0) return detail::rmsnorm_avx2(x, ldx, weight, y, ldy, rows, dim, eps);
+  for (int r = 0; r < rows; ++r) {
+    const float* xr = x + r * ldx;
+    float* yr = y + r * ldy;
+    double ss = 0;
+    for (int i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
+    float inv = 1.f / std::sqrt(float(ss / dim) + eps);
+    for (int i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+  }
+}
+
+void rope(float* x, int64_t ldx, int rows, int n_heads, int head_dim, const float* cos, const float* sin) {
+  const int half = head_dim / 2;
+  for (int r = 0; r < rows; ++r) {
+    const float* c = cos + int64_t(r) * half;
+    const float* s = sin + int64_t(r) * half;
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + r * ldx + int64_t(h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        float a = v[i], b = v[i + half];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
+      }
+    }
+  }
+}
+
+void silu_mul(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, int rows, int inter) {
+  if (use_avx2()) return detail::silu_mul_avx2(gate_up, ld_in, out, ld_out, rows, inter);
+  for (int r = 0; r < rows; ++r) {
+    const float* g = gate_up + r * ld_in;
+    const float* u = g + inter;
+    float* o = out + r * ld_out;
+    for (int i = 0; i < inter; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+  }
+}
+
+void embed_rows(const void* table, DType dtype, int dim, const int32_t* ids, int rows, float* out,
+                int64_t ldo) {
+  for (int r = 0; r < rows; ++r) {
+    size_t off = size_t(ids[r]) * size_t(dim);
+    if (dtype == DType::BF16) {
+      const uint16_t* src = static_cast<const uint16_t*>(table) + off;
+      for (int i = 0; i < dim; ++i) out[r * ldo + i] = bf16_to_f32(src[i]);
+    } else {
+      std::memcpy(out + r * ldo, static_cast<const float*>(table) + off, size_t(dim) * 4);
+    }
+  }
+}
+
+int argmax(const float* x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; ++i)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
+}  // namespace dspark

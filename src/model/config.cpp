@@ -1,0 +1,281 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/mmap_file.h"
+
+namespace dspark {
+
+using json = nlohmann::json;
+
+namespace {
+
+struct Reader {
+  const json& j;
+  const std::string& src;
+
+  const json* find(const char* key) const {
+    auto it = j.find(key);
+    return it == j.end() || it->is_null() ? nullptr : &*it;
+  }
+  int positive_int(const char* key) const {
+    const json* v = find(key);
+    if (!v) fail(src, ": missing field '", key, "'");
+    if (!v->is_number_integer() || v->get<int64_t>() <= 0 || v->get<int64_t>() > (int64_t(1) << 30))
+      fail(src, ": field '", key, "' must be a positive integer, got ", v->dump());
+    return v->get<int>();
+  }
+  int positive_int_or(const char* key, int dflt) const { return find(key) ? positive_int(key) : dflt; }
+  float positive_float_or(const char* key, float dflt) const {
+    const json* v = find(key);
+    if (!v) return dflt;
+    if (!v->is_number() || !(v->get<double>() > 0)) fail(src, ": field '", key, "' must be a positive number, got ", v->dump());
+    return v->get<float>();
+  }
+  bool bool_or(const char* key, bool dflt) const {
+    const json* v = find(key);
+    if (!v) return dflt;
+    if (!v->is_boolean()) fail(src, ": field '", key, "' must be true or false, got ", v->dump());
+    return v->get<bool>();
+  }
+};
+
+}  // namespace
+
+ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
+  if (!j.is_object()) fail(src, ": expected a JSON object");
+  Reader r{j, src};
+  ModelConfig c;
+  const json* archs = r.find("architectures");
+  if (!archs || !archs->is_array() || archs->empty() || !(*archs)[0].is_string())
+    fail(src, ": field 'architectures' must be a non-empty list of names");
+  c.architecture = (*archs)[0].get<std::string>();
+  if (c.architecture == "Qwen3ForCausalLM") {
+    c.arch = Arch::Qwen3;
+    c.qk_norm = true;
+  } else if (c.architecture == "LlamaForCausalLM") {
+    c.arch = Arch::Llama;
+  } else {
+    fail(src, ": unsupported architecture '", c.architecture,
+         "' in field 'architectures' (supported: Qwen3ForCausalLM, LlamaForCausalLM)");
+  }
+  c.vocab_size = r.positive_int("vocab_size");
+  c.hidden_size = r.positive_int("hidden_size");
+  c.intermediate_size = r.positive_int("intermediate_size");
+  c.num_layers = r.positive_int("num_hidden_layers");
+  c.num_heads = r.positive_int("num_attention_heads");
+  c.num_kv_heads = r.positive_int_or("num_key_value_heads", c.num_heads);
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail(src, ": field 'num_attention_heads' (", c.num_heads, ") must be a multiple of 'num_key_value_heads' (",
+         c.num_kv_heads, ")");
+  if (r.find("head_dim")) {
+    c.head_dim = r.positive_int("head_dim");
+  } else {
+    if (c.hidden_size % c.num_heads != 0)
+      fail(src, ": 'hidden_size' (", c.hidden_size, ") is not divisible by 'num_attention_heads' (", c.num_heads,
+           ") and no 'head_dim' is given");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.head_dim % 2 != 0) fail(src, ": field 'head_dim' must be even for RoPE, got ", c.head_dim);
+  c.rms_norm_eps = r.positive_float_or("rms_norm_eps", 1e-6f);
+  c.max_position_embeddings = r.positive_int_or("max_position_embeddings", 32768);
+  // RoPE: the classic top-level fields, or transformers' newer `rope_parameters`.
+  const json* rp = r.find("rope_parameters");
+  const json* rs = r.find("rope_scaling");
+  c.rope_theta = r.positive_float_or("rope_theta", c.arch == Arch::Llama ? 10000.f : 1000000.f);
+  if (rp) {
+    if (!rp->is_object()) fail(src, ": field 'rope_parameters' must be an object");
+    Reader rr{*rp, src};
+    c.rope_theta = rr.positive_float_or("rope_theta", c.rope_theta);
+    if (!rs) rs = rp;
+  }
+  if (rs) {
+    if (!rs->is_object()) fail(src, ": field 'rope_scaling' must be an object or null");
+    std::string type;
+    if (auto t = rs->find("rope_type"); t != rs->end() && t->is_string()) type = t->get<std::string>();
+    else if (auto t2 = rs->find("type"); t2 != rs->end() && t2->is_string()) type = t2->get<std::string>();
+    if (type == "llama3") {
+      Reader sr{*rs, src};
+      c.rope_scaling.type = type;
+      c.rope_scaling.factor = sr.positive_float_or("factor", 8.f);
+      c.rope_scaling.low_freq_factor = sr.positive_float_or("low_freq_factor", 1.f);
+      c.rope_scaling.high_freq_factor = sr.positive_float_or("high_freq_factor", 4.f);
+      c.rope_scaling.original_max_position_embeddings = sr.positive_int_or("original_max_position_embeddings", 8192);
+      if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
+        fail(src, ": rope_scaling 'high_freq_factor' must exceed 'low_freq_factor'");
+    } else if (!type.empty() && type != "default") {
+      fail(src, ": unsupported rope scaling type '", type, "' (supported: llama3, default)");
+    }
+  }
+  c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
+  if (r.bool_or("attention_bias", false)) fail(src, ": field 'attention_bias' = true is not supported");
+  if (r.bool_or("mlp_bias", false)) fail(src, ": field 'mlp_bias' = true is not supported");
+  if (const json* act = r.find("hidden_act")) {
+    if (!act->is_string() || act->get<std::string>() != "silu")
+      fail(src, ": field 'hidden_act' must be \"silu\", got ", act->dump());
+  }
+  if (const json* b = r.find("bos_token_id"); b && b->is_number_integer()) c.bos_token_id = b->get<int>();
+  if (const json* e = r.find("eos_token_id")) {
+    if (e->is_number_integer()) {
+      c.eos_token_ids.push_back(e->get<int>());
+    } else if (e->is_array()) {
+      for (const json& x : *e) {
+        if (!x.is_number_integer()) fail(src, ": field 'eos_token_id' must hold integers");
+        c.eos_token_ids.push_back(x.get<int>());
+      }
+    } else {
+      fail(src, ": field 'eos_token_id' must be an integer or a list of integers");
+    }
+  }
+  for (int id : c.eos_token_ids)
+    if (id < 0 || id >= c.vocab_size) fail(src, ": eos_token_id ", id, " is outside the vocabulary (", c.vocab_size, ")");
+  return c;
+}
+
+ModelConfig ModelConfig::from_file(const std::string& path) {
+  std::string text = read_text_file(path);
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) fail(path, ": malformed JSON");
+  return from_json(j, path);
+}
+
+ModelConfig ModelConfig::from_dir(const std::string& dir) {
+  auto p = std::filesystem::path(dir) / "config.json";
+  if (!std::filesystem::exists(p)) fail(dir, ": no config.json in the model directory");
+  return from_file(p.string());
+}
+
+json ModelConfig::to_json() const {
+  json j;
+  j["architectures"] = {architecture};
+  j["model_type"] = arch == Arch::Qwen3 ? "qwen3" : "llama";
+  j["vocab_size"] = vocab_size;
+  j["hidden_size"] = hidden_size;
+  j["intermediate_size"] = intermediate_size;
+  j["num_hidden_layers"] = num_layers;
+  j["num_attention_heads"] = num_heads;
+  j["num_key_value_heads"] = num_kv_heads;
+  j["head_dim"] = head_dim;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["tie_word_embeddings"] = tie_word_embeddings;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["torch_dtype"] = "bfloat16";
+  if (rope_scaling.type == "llama3") {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", rope_scaling.factor},
+                         {"low_freq_factor", rope_scaling.low_freq_factor},
+                         {"high_freq_factor", rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings", rope_scaling.original_max_position_embeddings}};
+  }
+  if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
+  if (eos_token_ids.size() == 1) j["eos_token_id"] = eos_token_ids[0];
+  else if (!eos_token_ids.empty()) j["eos_token_id"] = eos_token_ids;
+  return j;
+}
+
+std::vector<float> ModelConfig::rope_inv_freq() const {
+  const int half = head_dim / 2;
+  std::vector<float> inv(half);
+  for (int i = 0; i < half; ++i)
+    inv[i] = 1.f / std::pow(rope_theta, float(2 * i) / float(head_dim));
+  if (rope_scaling.type == "llama3") {
+    const auto& s = rope_scaling;
+    const float old_len = float(s.original_max_position_embeddings);
+    const float low_wavelen = old_len / s.low_freq_factor;
+    const float high_wavelen = old_len / s.high_freq_factor;
+    for (float& f : inv) {
+      const float wavelen = 2.f * float(M_PI) / f;
+      if (wavelen < high_wavelen) continue;
+      if (wavelen > low_wavelen) {
+        f = f / s.factor;
+      } else {
+        const float smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = (1.f - smooth) * f / s.factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  int64_t H = hidden_size, I = intermediate_size;
+  int64_t per_layer = H * q_dim() * 2 + H * kv_dim() * 2 + 3 * H * I + 2 * H + (qk_norm ? 2 * head_dim : 0);
+  return int64_t(vocab_size) * H * (tie_word_embeddings ? 1 : 2) + per_layer * num_layers + H;
+}
+
+ModelConfig shape_config(const std::string& name) {
+  ModelConfig c;
+  if (name == "qwen3-0.6b" || name == "qwen3-1.7b" || name == "tiny-qwen3") {
+    c.arch = Arch::Qwen3;
+    c.architecture = "Qwen3ForCausalLM";
+    c.qk_norm = true;
+    c.rope_theta = 1000000.f;
+    c.tie_word_embeddings = true;
+    c.max_position_embeddings = 40960;
+    c.bos_token_id = 151643;
+    c.eos_token_ids = {151645};
+    c.vocab_size = 151936;
+    c.num_layers = 28;
+    c.num_heads = 16;
+    c.num_kv_heads = 8;
+    c.head_dim = 128;
+    if (name == "qwen3-0.6b") {
+      c.hidden_size = 1024;
+      c.intermediate_size = 3072;
+    } else if (name == "qwen3-1.7b") {
+      c.hidden_size = 2048;
+      c.intermediate_size = 6144;
+    } else {
+      c.vocab_size = 512;
+      c.hidden_size = 64;
+      c.intermediate_size = 128;
+      c.num_layers = 2;
+      c.num_heads = 4;
+      c.num_kv_heads = 2;
+      c.head_dim = 16;
+      c.bos_token_id = 1;
+      c.eos_token_ids = {2};
+    }
+    return c;
+  }
+  if (name == "llama-3.2-1b" || name == "tiny-llama") {
+    c.arch = Arch::Llama;
+    c.architecture = "LlamaForCausalLM";
+    c.rope_theta = 500000.f;
+    c.rope_scaling = RopeScaling{"llama3", 32.f, 1.f, 4.f, 8192};
+    c.tie_word_embeddings = true;
+    c.max_position_embeddings = 131072;
+    c.rms_norm_eps = 1e-5f;
+    if (name == "llama-3.2-1b") {
+      c.vocab_size = 128256;
+      c.hidden_size = 2048;
+      c.intermediate_size = 8192;
+      c.num_layers = 16;
+      c.num_heads = 32;
+      c.num_kv_heads = 8;
+      c.head_dim = 64;
+      c.bos_token_id = 128000;
+      c.eos_token_ids = {128001, 128008, 128009};
+    } else {
+      c.vocab_size = 512;
+      c.hidden_size = 64;
+      c.intermediate_size = 160;
+      c.num_layers = 2;
+      c.num_heads = 8;
+      c.num_kv_heads = 2;
+      c.head_dim = 8;
+      c.bos_token_id = 1;
+      c.eos_token_ids = {2};
+      c.tie_word_embeddings = false;
+    }
+    return c;
+  }
+  fail("unknown model shape '", name, "' (known: qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, tiny-qwen3, tiny-llama)");
+}
+
+}  // namespace dspark

@@ -1,0 +1,56 @@
+// ModelConfig: the fields of an HF config.json that the engine needs, validated.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace dspark {
+
+enum class Arch { Qwen3, Llama };
+
+struct RopeScaling {
+  std::string type;  // "" (none) or "llama3"
+  float factor = 1.f;
+  float low_freq_factor = 1.f;
+  float high_freq_factor = 4.f;
+  int original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  Arch arch = Arch::Qwen3;
+  std::string architecture;  // as written in config.json, e.g. "Qwen3ForCausalLM"
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int intermediate_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.f;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool qk_norm = false;  // Qwen3's per-head q_norm / k_norm
+  int max_position_embeddings = 0;
+  int bos_token_id = -1;
+  std::vector<int> eos_token_ids;
+
+  // Parses and validates; errors name `source` (the file) and the field.
+  static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
+  static ModelConfig from_file(const std::string& config_json_path);
+  static ModelConfig from_dir(const std::string& model_dir);
+  nlohmann::json to_json() const;  // HF-style config.json
+
+  int q_dim() const { return num_heads * head_dim; }
+  int kv_dim() const { return num_kv_heads * head_dim; }
+  // RoPE inverse frequencies (head_dim / 2 values), llama3 scaling applied.
+  std::vector<float> rope_inv_freq() const;
+  int64_t num_parameters() const;
+};
+
+// Shapes of real models, for benchmarks and tests: "qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b",
+// and the tiny "tiny-qwen3" / "tiny-llama". Throws Error listing the known names.
+ModelConfig shape_config(const std::string& name);
+
+}  // namespace dspark

@@ -1,0 +1,31 @@
+// WeightSource: where a model's tensors come from (a checkpoint directory, or random values).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/safetensors.h"
+
+namespace dspark {
+
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  // Writes the tensor, checked against `shape`, into dst as `dst_dtype` (F32 or BF16), row by row
+  // with `dst_ld` elements between rows of the last dimension. Throws Error naming the tensor.
+  virtual void read(const std::string& name, const std::vector<int64_t>& shape, DType dst_dtype, void* dst,
+                    int64_t dst_ld) const = 0;
+  virtual std::vector<std::string> names() const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// Tensors of an HF safetensors directory (or a single file).
+std::unique_ptr<WeightSource> checkpoint_source(std::unique_ptr<TensorStore> store);
+// Deterministic random tensors: N(0, std^2) for matrices, 1 + N(0, 0.1^2) for norm weights.
+std::unique_ptr<WeightSource> random_source(uint64_t seed, float std = 0.02f);
+
+}  // namespace dspark

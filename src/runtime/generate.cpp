@@ -1,0 +1,112 @@
+#include "runtime/generate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+namespace dspark {
+
+StopStringFilter::StopStringFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {
+  for (const auto& s : stops_) {
+    if (s.empty()) fail("stop strings must not be empty");
+    hold_ = std::max(hold_, s.size() - 1);
+  }
+}
+
+std::string StopStringFilter::push(const std::string& piece) {
+  if (stopped_) return "";
+  pending_ += piece;
+  size_t cut = std::string::npos;
+  for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));
+  if (cut != std::string::npos) {
+    stopped_ = true;
+    std::string out = pending_.substr(0, cut);
+    pending_.clear();
+    return out;
+  }
+  if (pending_.size() <= hold_) return "";
+  // Keep the last hold_ bytes, but never split a UTF-8 character.
+  size_t emit = pending_.size() - hold_;
+  while (emit > 0 && (uint8_t(pending_[emit]) & 0xC0) == 0x80) --emit;
+  std::string out = pending_.substr(0, emit);
+  pending_.erase(0, emit);
+  return out;
+}
+
+std::string StopStringFilter::flush() {
+  std::string out;
+  out.swap(pending_);
+  return stopped_ ? "" : out;
+}
+
+const float* prefill(Forward& fwd, int seq, std::span<const int32_t> prompt, int chunk) {
+  if (prompt.empty()) fail("the prompt is empty");
+  Batch b;
+  ForwardRequest req;
+  const float* last = nullptr;
+  const int start = fwd.kv().length(seq);
+  for (size_t c = 0; c < prompt.size(); c += size_t(chunk)) {
+    const size_t e = std::min(prompt.size(), c + size_t(chunk));
+    b.clear();
+    for (size_t i = c; i < e; ++i) b.add(prompt[i], start + int32_t(i), seq, i + 1 == prompt.size());
+    req.logits = e == prompt.size();
+    const ForwardOutput& out = fwd.run(b, req);
+    if (req.logits) last = out.logits_row(0);
+  }
+  return last;
+}
+
+GenerateResult generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<const int32_t> prompt,
+                        const GenerateParams& params, const TextCallback& on_text) {
+  params.sampling.validate();
+  if (params.max_tokens < 0) fail("max_tokens must be >= 0");
+  GenerateResult res;
+  res.prompt_tokens = int(prompt.size());
+  const int vocab = fwd.model().config().vocab_size;
+  Sampler sampler;
+  Rng rng(params.sampling.seed, /*stream=*/0);
+  StopStringFilter stops(params.stop_strings);
+  StreamDecoder decoder(tok, /*skip_special_tokens=*/true);
+  bool keep_going = true;
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    res.text += piece;
+    if (on_text && !on_text(piece)) keep_going = false;
+  };
+
+  double t0 = now_seconds();
+  const float* logits = prefill(fwd, seq, prompt, params.prefill_chunk);
+  res.prefill_seconds = now_seconds() - t0;
+  t0 = now_seconds();
+  res.finish_reason = "length";
+  Batch b;
+  ForwardRequest req;
+  int pos = int(prompt.size());
+  for (int step = 0; step < params.max_tokens && keep_going; ++step) {
+    const int32_t token = sampler.sample(logits, vocab, params.sampling, rng);
+    res.tokens.push_back(token);
+    if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) != params.stop_token_ids.end()) {
+      res.finish_reason = "stop";
+      break;
+    }
+    emit(stops.push(decoder.push(token)));
+    if (stops.stopped()) {
+      res.finish_reason = "stop";
+      break;
+    }
+    if (step + 1 == params.max_tokens) break;
+    b.clear();
+    b.add(token, pos++, seq, true);
+    logits = fwd.run(b, req).logits_row(0);
+  }
+  if (!stops.stopped()) {
+    emit(stops.push(decoder.flush()));
+    if (!stops.stopped()) emit(stops.flush());
+    else res.finish_reason = "stop";
+  }
+  res.decode_seconds = now_seconds() - t0;
+  return res;
+}
+
+}  // namespace dspark

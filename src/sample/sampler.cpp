@@ -1,0 +1,111 @@
+#include "sample/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/ops.h"
+
+namespace dspark {
+
+void SamplingParams::validate() const {
+  if (!(temperature >= 0.f) || !std::isfinite(temperature)) fail("temperature must be >= 0, got ", temperature);
+  if (top_k < 0) fail("top_k must be >= 0 (0 disables it), got ", top_k);
+  if (!(top_p > 0.f && top_p <= 1.f)) fail("top_p must be in (0, 1], got ", top_p);
+  if (!(min_p >= 0.f && min_p <= 1.f)) fail("min_p must be in [0, 1], got ", min_p);
+}
+
+float TokenDist::prob_of(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] == id) return probs[i];
+  return 0.f;
+}
+
+void Sampler::distribution(const float* logits, int vocab, const SamplingParams& p, TokenDist& out) {
+  out.ids.clear();
+  out.probs.clear();
+  if (p.greedy()) {
+    out.ids.push_back(argmax(logits, vocab));
+    out.probs.push_back(1.f);
+    return;
+  }
+  // Softmax at temperature T over the whole vocabulary.
+  probs_.resize(size_t(vocab));
+  float mx = -INFINITY;
+  for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
+  const float inv_t = 1.f / p.temperature;
+  double sum = 0;
+  for (int i = 0; i < vocab; ++i) sum += (probs_[size_t(i)] = std::exp((logits[i] - mx) * inv_t));
+  const float inv_sum = float(1.0 / sum);
+  for (int i = 0; i < vocab; ++i) probs_[size_t(i)] *= inv_sum;
+
+  // Candidates in descending probability. Only as many as needed are sorted: the top k
+  // (top-k), or a growing prefix until it holds top_p of the mass.
+  auto by_prob = [&](int32_t a, int32_t b) {
+    float pa = probs_[size_t(a)], pb = probs_[size_t(b)];
+    return pa > pb || (pa == pb && a < b);
+  };
+  order_.resize(size_t(vocab));
+  for (int i = 0; i < vocab; ++i) order_[size_t(i)] = i;
+  const int limit = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
+  int kept = limit;
+  if (p.top_p >= 1.f) {
+    std::partial_sort(order_.begin(), order_.begin() + limit, order_.end(), by_prob);
+  } else if (limit < vocab) {
+    // top-p within the top-k set: the smallest prefix holding top_p of that set's mass.
+    std::partial_sort(order_.begin(), order_.begin() + limit, order_.end(), by_prob);
+    double mass = 0;
+    for (int i = 0; i < limit; ++i) mass += probs_[size_t(order_[size_t(i)])];
+    double cum = 0;
+    for (kept = 0; kept < limit;) {
+      cum += probs_[size_t(order_[size_t(kept++)])];
+      if (cum >= p.top_p * mass) break;
+    }
+  } else {
+    // Sort a growing prefix until it holds top_p of the mass (usually the first 256 suffice).
+    for (int take = std::min(vocab, 256);; take = std::min(vocab, take * 4)) {
+      std::partial_sort(order_.begin(), order_.begin() + take, order_.end(), by_prob);
+      double cum = 0;
+      bool reached = false;
+      for (kept = 0; kept < take;) {
+        cum += probs_[size_t(order_[size_t(kept++)])];
+        if (cum >= p.top_p) {
+          reached = true;
+          break;
+        }
+      }
+      if (reached || take == vocab) break;
+    }
+  }
+  // min-p: drop tokens below min_p times the most likely one.
+  const float floor_p = p.min_p * probs_[size_t(order_[0])];
+  double kept_mass = 0;
+  for (int i = 0; i < kept; ++i) {
+    const int32_t id = order_[size_t(i)];
+    if (probs_[size_t(id)] < floor_p) break;
+    out.ids.push_back(id);
+    out.probs.push_back(probs_[size_t(id)]);
+    kept_mass += probs_[size_t(id)];
+  }
+  const float renorm = float(1.0 / kept_mass);
+  for (float& q : out.probs) q *= renorm;
+}
+
+int32_t Sampler::draw(const TokenDist& dist, Rng& rng) {
+  if (dist.ids.size() == 1) return dist.ids[0];
+  const double u = rng.uniform();
+  double cum = 0;
+  for (size_t i = 0; i < dist.ids.size(); ++i) {
+    cum += dist.probs[i];
+    if (u < cum) return dist.ids[i];
+  }
+  return dist.ids.back();
+}
+
+int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p, Rng& rng) {
+  if (p.greedy()) return argmax(logits, vocab);
+  distribution(logits, vocab, p, scratch_);
+  return draw(scratch_, rng);
+}
+
+}  // namespace dspark

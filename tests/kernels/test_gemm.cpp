@@ -1,0 +1,103 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "kernels/gemm.h"
+
+namespace dspark {
+namespace {
+
+struct Case {
+  int m, n, k;
+  DType dtype;
+  bool accumulate;
+};
+
+// The same product in double precision, from the weights exactly as stored.
+std::vector<double> exact(const std::vector<float>& x, int m, int ldx, const WeightMatrix& w) {
+  std::vector<double> y(size_t(m) * size_t(w.n));
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < w.n; ++j) {
+      double acc = 0;
+      for (int k = 0; k < w.k; ++k) {
+        double wv = w.dtype == DType::BF16 ? bf16_to_f32(static_cast<const uint16_t*>(w.data)[j * w.ld + k])
+                                           : static_cast<const float*>(w.data)[j * w.ld + k];
+        acc += double(x[size_t(i * ldx + k)]) * wv;
+      }
+      y[size_t(i * w.n + j)] = acc;
+    }
+  return y;
+}
+
+void run_case(const Case& c, GemmBackend backend) {
+  std::mt19937 rng(c.m * 1000003 + c.n * 1009 + c.k);
+  std::normal_distribution<float> nd;
+  const int ldx = c.k + 3, ldw = c.k + 5, ldy = c.n + 7;  // strides wider than the rows
+  std::vector<float> x(size_t(c.m) * ldx);
+  for (auto& v : x) v = nd(rng);
+  std::vector<float> wf(size_t(c.n) * ldw);
+  for (auto& v : wf) v = nd(rng);
+  std::vector<uint16_t> wb(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
+  WeightMatrix w{c.dtype, c.n, c.k, ldw, c.dtype == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data()};
+  std::vector<float> y(size_t(c.m) * ldy, 0.f), init(y.size());
+  for (auto& v : init) v = nd(rng);
+  if (c.accumulate) y = init;
+  set_gemm_backend(backend);
+  gemm(x.data(), c.m, ldx, w, y.data(), ldy, c.accumulate);
+  set_gemm_backend(GemmBackend::Auto);
+  auto ref = exact(x, c.m, ldx, w);
+  for (int i = 0; i < c.m; ++i)
+    for (int j = 0; j < c.n; ++j) {
+      double want = ref[size_t(i * c.n + j)] + (c.accumulate ? init[size_t(i * ldy + j)] : 0.0);
+      double tol = 1e-5 * std::sqrt(double(c.k)) * 4 + 1e-5 * std::abs(want);
+      ASSERT_NEAR(y[size_t(i * ldy + j)], want, tol)
+          << gemm_backend_name(backend) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " "
+          << dtype_name(c.dtype) << " acc=" << c.accumulate << " at (" << i << "," << j << ")";
+    }
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> v;
+  for (DType dt : {DType::BF16, DType::F32})
+    for (bool acc : {false, true})
+      for (int m : {1, 2, 3, 4, 5, 8, 13, 16, 17, 33, 70})
+        for (auto [n, k] : std::vector<std::pair<int, int>>{{1, 16}, {7, 33}, {29, 64}, {50, 520}, {64, 1100}, {3, 8}})
+          v.push_back({m, n, k, dt, acc});
+  return v;
+}
+
+TEST(Gemm, ReferenceMatchesExact) {
+  for (const Case& c : cases()) run_case(c, GemmBackend::Reference);
+}
+
+TEST(Gemm, Avx2MatchesExact) {
+  if (!cpu_features().avx2 || !cpu_features().fma) {
+    EXPECT_THROW(set_gemm_backend(GemmBackend::Avx2), Error);  // refused, never run on this CPU
+    return;
+  }
+  for (const Case& c : cases()) run_case(c, GemmBackend::Avx2);
+}
+
+TEST(Gemm, OneDnnBf16IsExactOrRefusedClearly) {
+  // oneDNN runs bf16 products only where the CPU supports them; elsewhere it must say so.
+  try {
+    run_case({5, 29, 64, DType::BF16, false}, GemmBackend::OneDnn);
+  } catch (const Error& e) {
+    set_gemm_backend(GemmBackend::Auto);
+    EXPECT_NE(std::string(e.what()).find("oneDNN"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Gemm, OneDnnF32MatchesExact) {
+  for (const Case& c : cases())
+    if (c.dtype == DType::F32 && c.m <= 17) run_case(c, GemmBackend::OneDnn);
+}
+
+}  // namespace
+}  // namespace dspark

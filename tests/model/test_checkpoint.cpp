@@ -1,0 +1,194 @@
+// Bad checkpoints get errors that name the file and the tensor or field; never a crash.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "core/safetensors.h"
+#include "model/model.h"
+
+namespace dspark {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+class Checkpoint : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dspark_ckpt_" + std::to_string(::getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    cfg_ = shape_config("tiny-qwen3");
+    save_model_dir(cfg_, *random_source(3), dir_.string(), DType::BF16);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string file(const char* name) const { return (dir_ / name).string(); }
+  json config() const { return json::parse(read_text_file(file("config.json"))); }
+  void write_config(const json& j) const { std::ofstream(file("config.json")) << j.dump(); }
+  // Rewrites model.safetensors through `edit` of its tensors (name -> dtype, shape, data).
+  void rewrite(const std::function<void(std::map<std::string, TensorView>&, SafetensorsWriter&)>& edit) {
+    std::string path = file("model.safetensors");
+    std::vector<uint8_t> bytes;
+    {
+      SafetensorsFile f(path);
+      auto tensors = f.tensors();
+      SafetensorsWriter w;
+      edit(tensors, w);
+      w.write(path + ".new");
+    }
+    fs::rename(path + ".new", path);
+  }
+  // Expects Model::load to throw an Error whose message contains every fragment.
+  void expect_error(std::initializer_list<std::string> fragments) {
+    try {
+      Model::load(dir_.string(), LoadOptions{DType::F32});
+      FAIL() << "loading succeeded";
+    } catch (const Error& e) {
+      for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what() << "\n  lacks: " << f;
+    }
+  }
+
+  fs::path dir_;
+  ModelConfig cfg_;
+};
+
+void copy_all(std::map<std::string, TensorView>& t, SafetensorsWriter& w, const std::string& skip = "") {
+  for (auto& [n, v] : t)
+    if (n != skip) w.add(n, v.dtype, v.shape, v.data);
+}
+
+TEST_F(Checkpoint, ValidOneLoads) {
+  auto m = Model::load(dir_.string(), LoadOptions{DType::F32});
+  EXPECT_EQ(m->config().num_layers, cfg_.num_layers);
+}
+
+TEST_F(Checkpoint, MissingTensor) {
+  rewrite([](auto& t, auto& w) { copy_all(t, w, "model.layers.1.mlp.up_proj.weight"); });
+  expect_error({"missing tensor", "model.layers.1.mlp.up_proj.weight", dir_.string()});
+}
+
+TEST_F(Checkpoint, UnexpectedTensor) {
+  rewrite([](auto& t, auto& w) {
+    copy_all(t, w);
+    float x[2] = {1, 2};
+    w.add("model.layers.7.extra.weight", DType::F32, {2}, x);
+  });
+  expect_error({"unexpected tensor", "model.layers.7.extra.weight", "model.safetensors"});
+}
+
+TEST_F(Checkpoint, WrongShape) {
+  rewrite([](auto& t, auto& w) {
+    for (auto& [n, v] : t) {
+      if (n == "model.layers.0.self_attn.k_proj.weight") {
+        std::vector<uint16_t> d(size_t(v.numel() / 2));
+        w.add(n, v.dtype, {v.shape[0] / 2, v.shape[1]}, d.data());
+      } else {
+        w.add(n, v.dtype, v.shape, v.data);
+      }
+    }
+  });
+  expect_error({"model.layers.0.self_attn.k_proj.weight", "shape", "expected", "model.safetensors"});
+}
+
+TEST_F(Checkpoint, WrongDtype) {
+  rewrite([](auto& t, auto& w) {
+    for (auto& [n, v] : t) {
+      if (n == "model.norm.weight") {
+        std::vector<int32_t> d(size_t(v.numel()));
+        w.add(n, DType::I32, v.shape, d.data());
+      } else {
+        w.add(n, v.dtype, v.shape, v.data);
+      }
+    }
+  });
+  expect_error({"model.norm.weight", "I32", "model.safetensors"});
+}
+
+TEST_F(Checkpoint, TruncatedFile) {
+  auto size = fs::file_size(file("model.safetensors"));
+  fs::resize_file(file("model.safetensors"), size - 100);
+  expect_error({"model.safetensors", "truncated"});
+}
+
+TEST_F(Checkpoint, TruncatedHeader) {
+  fs::resize_file(file("model.safetensors"), 5);
+  expect_error({"model.safetensors", "truncated"});
+}
+
+TEST_F(Checkpoint, MalformedHeaderJson) {
+  std::fstream f(file("model.safetensors"), std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(8);
+  f.write("{\"a\":}", 6);
+  f.close();
+  expect_error({"model.safetensors", "malformed safetensors header"});
+}
+
+TEST_F(Checkpoint, MalformedConfigJson) {
+  std::ofstream(file("config.json")) << "{\"hidden_size\": 64,";
+  expect_error({"config.json", "malformed JSON"});
+}
+
+TEST_F(Checkpoint, MissingConfigField) {
+  json j = config();
+  j.erase("num_hidden_layers");
+  write_config(j);
+  expect_error({"config.json", "num_hidden_layers"});
+}
+
+TEST_F(Checkpoint, BadConfigFieldType) {
+  json j = config();
+  j["hidden_size"] = "big";
+  write_config(j);
+  expect_error({"config.json", "hidden_size", "positive integer"});
+}
+
+TEST_F(Checkpoint, ImpossibleHeads) {
+  json j = config();
+  j["num_key_value_heads"] = 3;
+  write_config(j);
+  expect_error({"config.json", "num_key_value_heads"});
+}
+
+TEST_F(Checkpoint, UnsupportedArchitecture) {
+  json j = config();
+  j["architectures"] = {"GPT2LMHeadModel"};
+  write_config(j);
+  expect_error({"config.json", "unsupported architecture", "GPT2LMHeadModel"});
+}
+
+TEST_F(Checkpoint, NoWeights) {
+  fs::remove(file("model.safetensors"));
+  expect_error({dir_.string(), "model.safetensors"});
+}
+
+TEST_F(Checkpoint, ShardedIndexNamesMissingShard) {
+  fs::remove(file("model.safetensors"));
+  json idx = {{"weight_map", {{"model.norm.weight", "model-00002-of-00002.safetensors"}}}};
+  std::ofstream(file("model.safetensors.index.json")) << idx.dump();
+  expect_error({"model-00002-of-00002.safetensors", "cannot open"});
+}
+
+TEST_F(Checkpoint, ShardedIndexEscapingDirectory) {
+  fs::remove(file("model.safetensors"));
+  json idx = {{"weight_map", {{"model.norm.weight", "../../etc/passwd"}}}};
+  std::ofstream(file("model.safetensors.index.json")) << idx.dump();
+  expect_error({"model.safetensors.index.json", "model.norm.weight", "outside"});
+}
+
+TEST_F(Checkpoint, LoadedWeightsRoundTrip) {
+  // Weights written as bf16 come back bit-exact in a bf16 model.
+  auto m = Model::load(dir_.string(), LoadOptions{DType::BF16});
+  std::vector<float> want(size_t(cfg_.hidden_size) * 2);
+  random_source(3)->read("model.embed_tokens.weight", {2, cfg_.hidden_size}, DType::F32, want.data(), cfg_.hidden_size);
+  const uint16_t* got = static_cast<const uint16_t*>(m->embed().data);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(got[i], f32_to_bf16(want[i])) << i;
+}
+
+}  // namespace
+}  // namespace dspark

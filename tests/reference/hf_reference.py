@@ -1,0 +1,251 @@
+#!/usr/bin/env python3
+"""Independent reference for dspark's engine tests, written with PyTorch only.
+
+Writes random tiny Qwen3 / Llama checkpoints in real HF layout (config.json plus
+model.safetensors or a sharded index) and, for each, the reference logits of a few
+prompts and a greedy continuation, computed in float64 by a plain PyTorch forward pass
+that follows the HF modeling code (rotate_half RoPE, repeat_kv GQA, causal softmax).
+
+Usage: hf_reference.py --out DIR
+Outputs DIR/<case>/ (the checkpoint) and DIR/<case>/reference.json:
+  {"prompts": [[ids...], ...], "logits_file": "logits.f32", "logits_shape": [P, T, V],
+   "greedy": [[ids...], ...], "greedy_tokens": N}
+"""
+import argparse
+import json
+import math
+import os
+import struct
+
+import torch
+
+torch.set_grad_enabled(False)
+
+
+# ---------------------------------------------------------------- safetensors I/O
+
+DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16"}
+NP = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
+def tensor_bytes(t):
+    t = t.contiguous()
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().tobytes()
+    return t.numpy().tobytes()
+
+
+def write_safetensors(path, tensors):
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        b = tensor_bytes(t)
+        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    out = {}
+    for name, e in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = e["data_offsets"]
+        dt = NP[e["dtype"]]
+        raw = bytearray(data[a:b])
+        if dt == torch.bfloat16:
+            t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
+        else:
+            t = torch.frombuffer(raw, dtype=dt)
+        out[name] = t.reshape(e["shape"]).clone()
+    return out
+
+
+def load_dir(d):
+    if os.path.exists(os.path.join(d, "model.safetensors")):
+        return read_safetensors(os.path.join(d, "model.safetensors"))
+    idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    out = {}
+    for shard in sorted(set(idx["weight_map"].values())):
+        out.update(read_safetensors(os.path.join(d, shard)))
+    return out
+
+
+# ---------------------------------------------------------------- the model (float64)
+
+def rms_norm(x, w, eps):
+    var = x.pow(2).mean(-1, keepdim=True)
+    return x * torch.rsqrt(var + eps) * w
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def inv_freq(cfg):
+    hd = cfg["head_dim"]
+    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    rs = cfg.get("rope_scaling")
+    if rs and rs.get("rope_type", rs.get("type")) == "llama3":
+        factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        low_wl, high_wl = old / low, old / high
+        wl = 2 * math.pi / inv
+        scaled = torch.where(wl > low_wl, inv / factor, inv)
+        smooth = (old / wl - low) / (high - low)
+        smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+        medium = (wl >= high_wl) & (wl <= low_wl)
+        inv = torch.where(medium, smoothed, scaled)
+    return inv
+
+
+def forward(cfg, w, ids):
+    """Logits [T, V] for one sequence, float64, causal attention."""
+    L, H = cfg["num_hidden_layers"], cfg["hidden_size"]
+    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps = cfg["rms_norm_eps"]
+    qwen = cfg["architectures"][0] == "Qwen3ForCausalLM"
+    T = len(ids)
+    x = w["model.embed_tokens.weight"][torch.tensor(ids)]
+    pos = torch.arange(T, dtype=torch.float64)
+    freqs = torch.outer(pos, inv_freq(cfg))
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+    for i in range(L):
+        p = f"model.layers.{i}."
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(T, nh, hd).transpose(0, 1)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
+        if qwen:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(nh // nkv, dim=0)
+        v = v.repeat_interleave(nh // nkv, dim=0)
+        att = (q @ k.transpose(1, 2)) / math.sqrt(hd) + mask
+        o = (att.softmax(-1) @ v).transpose(0, 1).reshape(T, nh * hd)
+        x = x + o @ w[p + "self_attn.o_proj.weight"].T
+        h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps)
+        g = h @ w[p + "mlp.gate_proj.weight"].T
+        u = h @ w[p + "mlp.up_proj.weight"].T
+        x = x + (torch.nn.functional.silu(g) * u) @ w[p + "mlp.down_proj.weight"].T
+    x = rms_norm(x, w["model.norm.weight"], eps)
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+    return x @ head.T
+
+
+# ---------------------------------------------------------------- random checkpoints
+
+CASES = {
+    # name: (arch, dtype, tied, sharded, rope scaling, heads, kv heads, head_dim, hidden, layers, inter, vocab)
+    "qwen3_f32_untied": ("Qwen3ForCausalLM", torch.float32, False, False, None, 4, 2, 16, 64, 3, 160, 384),
+    "qwen3_bf16_tied": ("Qwen3ForCausalLM", torch.bfloat16, True, False, None, 8, 2, 16, 96, 2, 192, 320),
+    "llama3_f16_sharded_scaled": ("LlamaForCausalLM", torch.float16, False, True, "llama3", 8, 4, 8, 64, 2, 128, 400),
+    "llama_f32_mqa_tied": ("LlamaForCausalLM", torch.float32, True, False, None, 4, 1, 32, 128, 2, 256, 300),
+}
+
+
+def make_case(out, name, seed):
+    arch, dtype, tied, sharded, scaling, nh, nkv, hd, H, L, I, V = CASES[name]
+    g = torch.Generator().manual_seed(seed)
+    cfg = {
+        "architectures": [arch], "model_type": "qwen3" if arch.startswith("Qwen3") else "llama",
+        "vocab_size": V, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
+        "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd, "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0 if scaling is None else 500000.0, "max_position_embeddings": 4096,
+        "tie_word_embeddings": tied, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
+        "torch_dtype": {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype],
+    }
+    if scaling:
+        cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                               "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
+
+    def rnd(*shape, std):
+        return (torch.randn(*shape, generator=g) * std).to(dtype)
+
+    def norm(n):
+        return (1.0 + 0.2 * torch.randn(n, generator=g)).to(dtype)
+
+    w = {"model.embed_tokens.weight": rnd(V, H, std=1.0)}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        w[p + "input_layernorm.weight"] = norm(H)
+        w[p + "self_attn.q_proj.weight"] = rnd(nh * hd, H, std=H ** -0.5)
+        w[p + "self_attn.k_proj.weight"] = rnd(nkv * hd, H, std=H ** -0.5)
+        w[p + "self_attn.v_proj.weight"] = rnd(nkv * hd, H, std=H ** -0.5)
+        w[p + "self_attn.o_proj.weight"] = rnd(H, nh * hd, std=(nh * hd) ** -0.5)
+        if arch.startswith("Qwen3"):
+            w[p + "self_attn.q_norm.weight"] = norm(hd)
+            w[p + "self_attn.k_norm.weight"] = norm(hd)
+        w[p + "post_attention_layernorm.weight"] = norm(H)
+        w[p + "mlp.gate_proj.weight"] = rnd(I, H, std=H ** -0.5)
+        w[p + "mlp.up_proj.weight"] = rnd(I, H, std=H ** -0.5)
+        w[p + "mlp.down_proj.weight"] = rnd(H, I, std=I ** -0.5)
+    w["model.norm.weight"] = norm(H)
+    if not tied:
+        w["lm_head.weight"] = rnd(V, H, std=2.0 * H ** -0.5)
+
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    json.dump(cfg, open(os.path.join(d, "config.json"), "w"), indent=2)
+    if sharded:
+        names = list(w)
+        half = len(names) // 2
+        shards = {"model-00001-of-00002.safetensors": names[:half], "model-00002-of-00002.safetensors": names[half:]}
+        wm = {}
+        for fn, ns in shards.items():
+            write_safetensors(os.path.join(d, fn), {n: w[n] for n in ns})
+            wm.update({n: fn for n in ns})
+        json.dump({"metadata": {}, "weight_map": wm}, open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    else:
+        write_safetensors(os.path.join(d, "model.safetensors"), w)
+    return d, cfg, V
+
+
+def reference(d, cfg, V, seed, greedy_tokens):
+    w = {k: v.to(torch.float64) for k, v in load_dir(d).items()}  # from the file, as the engine sees it
+    g = torch.Generator().manual_seed(seed + 1)
+    prompts = [torch.randint(3, V, (n,), generator=g).tolist() for n in (1, 7, 40, 150)]
+    T = max(len(p) for p in prompts)
+    logits = torch.zeros(len(prompts), T, V, dtype=torch.float32)
+    for i, p in enumerate(prompts):
+        logits[i, : len(p)] = forward(cfg, w, p).to(torch.float32)
+    greedy = []
+    for p in prompts[1:3]:
+        seq = list(p)
+        for _ in range(greedy_tokens):
+            seq.append(int(forward(cfg, w, seq)[-1].argmax()))
+        greedy.append(seq[len(p):])
+    logits.numpy().tofile(os.path.join(d, "logits.f32"))
+    json.dump({"prompts": prompts, "logits_file": "logits.f32", "logits_shape": [len(prompts), T, V],
+               "greedy": greedy, "greedy_prompts": [1, 2], "greedy_tokens": greedy_tokens},
+              open(os.path.join(d, "reference.json"), "w"))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--greedy-tokens", type=int, default=64)
+    args = ap.parse_args()
+    for i, name in enumerate(CASES):
+        d, cfg, V = make_case(args.out, name, seed=100 + i)
+        reference(d, cfg, V, seed=100 + i, greedy_tokens=args.greedy_tokens)
+        print("wrote", d)
+
+
+if __name__ == "__main__":
+    main()

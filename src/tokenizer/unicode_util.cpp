@@ -2,10 +2,15 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <memory>
+#include <unordered_map>
+#include <vector>
 
 #include "core/error.h"
+// After unicode_util.h, which defines the table row types.
+#include "tokenizer/js_unicode_tables.inc"
 
 namespace dspark::tokenizer_detail {
 
@@ -183,6 +188,141 @@ std::string_view js_trim_start(std::string_view s) {
   return s.substr(i);
 }
 
+namespace {
+
+constexpr uint32_t kMaxCp = 0x110000;
+constexpr uint32_t kHangulFirst = 0xAC00, kHangulLast = 0xD7A3;
+
+// The JavaScript reference's normalization data, and where utf8proc's differs from it.
+struct JsNormData {
+  std::vector<uint8_t> ccc;                                            // per code point
+  std::unordered_map<uint32_t, const Decomposition*> decomposition;   // NFD != itself
+  std::vector<bool> differs;     // per code point: take the table path for text holding it
+  std::vector<bool> data_differs;  // per code point: utf8proc's ccc or decomposition differs
+  std::unordered_map<uint64_t, uint32_t> pairs;                        // (a, b) -> composite, where they differ
+  bool any_difference = false;
+
+  JsNormData() : ccc(kMaxCp, 0), differs(kMaxCp, false), data_differs(kMaxCp, false) {
+    for (const NonStarter& n : kJsNonStarters) ccc[n.cp] = n.ccc;
+    for (const Decomposition& d : kJsDecompositions) decomposition.emplace(d.cp, &d);
+    std::vector<uint32_t> candidates;
+    for (uint32_t cp = 0; cp < kMaxCp; ++cp) {
+      if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+      if (cp >= kHangulFirst && cp <= kHangulLast) continue;  // algorithmic in both
+      const utf8proc_property_t* p = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp));
+      if (ccc[cp] || decomposition.count(cp) || p->combining_class || p->decomp_seqindex != UINT16_MAX)
+        candidates.push_back(cp);
+    }
+    for (uint32_t cp : candidates) {
+      utf8proc_int32_t buf[32];
+      int last = 0;
+      const utf8proc_ssize_t n = utf8proc_decompose_char(static_cast<utf8proc_int32_t>(cp), buf, 32,
+                                                         UTF8PROC_DECOMPOSE, &last);
+      std::vector<uint32_t> mine(buf, buf + std::max<utf8proc_ssize_t>(n, 0));
+      std::vector<uint32_t> js{cp};
+      if (auto it = decomposition.find(cp); it != decomposition.end())
+        js.assign(kJsDecompData + it->second->offset, kJsDecompData + it->second->offset + it->second->length);
+      const bool same_ccc = utf8proc_get_property(static_cast<utf8proc_int32_t>(cp))->combining_class == ccc[cp];
+      if (mine != js || (js.size() == 1 && !same_ccc)) differs[cp] = data_differs[cp] = true;
+    }
+    // New compositions: their parts must take the table path too.
+    for (const Composition& c : kJsCompositions) {
+      if (!data_differs[c.composite]) continue;
+      pairs.emplace((static_cast<uint64_t>(c.first) << 21) | c.second, c.composite);
+      differs[c.first] = differs[c.second] = true;
+    }
+    any_difference = std::find(differs.begin(), differs.end(), true) != differs.end();
+  }
+
+  void decompose(uint32_t cp, std::vector<uint32_t>& out) const {
+    if (cp >= kHangulFirst && cp <= kHangulLast) {
+      const uint32_t s = cp - kHangulFirst;
+      out.push_back(0x1100 + s / 588);
+      out.push_back(0x1161 + (s % 588) / 28);
+      if (s % 28) out.push_back(0x11A7 + s % 28);
+      return;
+    }
+    if (auto it = decomposition.find(cp); it != decomposition.end()) {
+      out.insert(out.end(), kJsDecompData + it->second->offset, kJsDecompData + it->second->offset + it->second->length);
+      return;
+    }
+    out.push_back(cp);
+  }
+
+  // The primary composite of a + b, or 0.
+  uint32_t compose(uint32_t a, uint32_t b) const {
+    if (a >= 0x1100 && a < 0x1113 && b >= 0x1161 && b < 0x1176)  // Hangul L + V
+      return kHangulFirst + ((a - 0x1100) * 21 + (b - 0x1161)) * 28;
+    if (a >= kHangulFirst && a <= kHangulLast && (a - kHangulFirst) % 28 == 0 && b > 0x11A7 && b < 0x11C3)
+      return a + (b - 0x11A7);  // Hangul LV + T
+    if (differs[a] || differs[b]) {
+      auto it = pairs.find((static_cast<uint64_t>(a) << 21) | b);
+      if (it != pairs.end()) return it->second;
+      if (data_differs[a] || data_differs[b]) return 0;
+    }
+    // Both parts have the same data in utf8proc: let it compose the pair (STABLE: no
+    // composition exclusions).
+    utf8proc_int32_t buf[2] = {static_cast<utf8proc_int32_t>(a), static_cast<utf8proc_int32_t>(b)};
+    const utf8proc_ssize_t n =
+        utf8proc_normalize_utf32(buf, 2, static_cast<utf8proc_option_t>(UTF8PROC_COMPOSE | UTF8PROC_STABLE));
+    return n == 1 ? static_cast<uint32_t>(buf[0]) : 0;
+  }
+};
+
+const JsNormData& js_norm_data() {
+  static const JsNormData data;
+  return data;
+}
+
+}  // namespace
+
+bool normalization_differs_from_js(uint32_t cp) { return cp < kMaxCp && js_norm_data().differs[cp]; }
+
+std::string normalize_with_js_tables(std::string_view s, bool compose) {
+  const JsNormData& nd = js_norm_data();
+  std::vector<uint32_t> cps;
+  cps.reserve(s.size());
+  for (size_t i = 0; i < s.size();) nd.decompose(next_codepoint(s, i), cps);
+  // Canonical ordering: stable sort of every run of non-starters by combining class.
+  for (size_t i = 0; i < cps.size();) {
+    if (!nd.ccc[cps[i]]) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < cps.size() && nd.ccc[cps[j]]) ++j;
+    std::stable_sort(cps.begin() + static_cast<std::ptrdiff_t>(i), cps.begin() + static_cast<std::ptrdiff_t>(j),
+                     [&](uint32_t a, uint32_t b) { return nd.ccc[a] < nd.ccc[b]; });
+    i = j;
+  }
+  if (compose) {
+    // Canonical composition (UAX #15): combine with the last starter unless blocked.
+    std::vector<uint32_t> out;
+    out.reserve(cps.size());
+    ptrdiff_t starter = -1;
+    for (uint32_t c : cps) {
+      const uint8_t cc = nd.ccc[c];
+      if (starter >= 0) {
+        const bool adjacent = static_cast<size_t>(starter) + 1 == out.size();
+        const bool blocked = !adjacent && (nd.ccc[out.back()] == 0 || nd.ccc[out.back()] >= cc);
+        if (!blocked) {
+          if (uint32_t p = nd.compose(out[starter], c)) {
+            out[starter] = p;
+            continue;
+          }
+        }
+      }
+      if (cc == 0) starter = static_cast<ptrdiff_t>(out.size());
+      out.push_back(c);
+    }
+    cps.swap(out);
+  }
+  std::string result;
+  result.reserve(s.size());
+  for (uint32_t c : cps) append_utf8(result, c);
+  return result;
+}
+
 std::string normalize(std::string_view s, NormForm form) {
   bool ascii = true;
   for (char c : s) {
@@ -192,6 +332,14 @@ std::string normalize(std::string_view s, NormForm form) {
     }
   }
   if (ascii) return std::string(s);
+  if (form == NormForm::NFC || form == NormForm::NFD) {
+    const JsNormData& nd = js_norm_data();
+    if (nd.any_difference) {
+      for (size_t i = 0; i < s.size();) {
+        if (nd.differs[next_codepoint(s, i)]) return normalize_with_js_tables(s, form == NormForm::NFC);
+      }
+    }
+  }
   int options = UTF8PROC_STABLE;
   switch (form) {
     case NormForm::NFC: options |= UTF8PROC_COMPOSE; break;

@@ -12,6 +12,18 @@ namespace dspark::tokenizer_detail {
 struct CodepointRange {
   uint32_t lo, hi;  // inclusive
 };
+struct NonStarter {
+  uint32_t cp;
+  uint8_t ccc;  // canonical combining class
+};
+struct Decomposition {
+  uint32_t cp, offset;  // offset into the code point data
+  uint8_t length;
+  uint8_t composite;  // a primary composite: NFC keeps it
+};
+struct Composition {
+  uint32_t first, second, composite;
+};
 
 // Appends the UTF-8 encoding of a Unicode scalar value.
 void append_utf8(std::string& out, uint32_t cp);
@@ -42,6 +54,14 @@ std::string_view js_trim_start(std::string_view s);
 
 enum class NormForm { NFC, NFD, NFKC, NFKD };
 // Unicode normalization of valid UTF-8 (embedded NULs allowed). ASCII passes through.
+// utf8proc does the work. For NFC and NFD, text holding a code point on which utf8proc's
+// Unicode data differs from the JavaScript reference's (characters assigned after utf8proc's
+// Unicode version) is normalized with the tables in js_unicode_tables.inc instead, so the
+// result equals String.prototype.normalize in the Node.js the tables were generated with.
 std::string normalize(std::string_view s, NormForm form);
+// Exposed for tests: the table-based normalization used for such text.
+std::string normalize_with_js_tables(std::string_view s, bool compose);
+// Exposed for tests: whether utf8proc and the JavaScript tables disagree on this code point.
+bool normalization_differs_from_js(uint32_t cp);
 
 }  // namespace dspark::tokenizer_detail

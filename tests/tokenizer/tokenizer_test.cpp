@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "tokenizer/js_regex.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/unicode_util.h"
 
 namespace dspark {
 namespace {
@@ -459,6 +460,42 @@ TEST(JsRegex, AsciiShorthandsAndCaseInsensitiveContractions) {
 
 TEST(JsRegex, EmptyMatchesAdvanceOneCodePoint) {
   EXPECT_EQ(matches("x*", "\xE4\xB8\xAD" "xx"), (std::vector<std::string>{"", "xx", ""}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// NFC: utf8proc, with JavaScript's (newer) Unicode data for the code points where they differ.
+TEST(Normalization, TablePathAgreesWithUtf8procOnOldCharacters) {
+  using tokenizer_detail::normalize_with_js_tables;
+  const std::vector<std::string> samples = {
+      "e\xCC\x81", "\xE2\x84\xAB", "a\xCC\xA3\xCC\x82", "a\xCC\x82\xCC\xA3", "\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8",
+      "\xE0\xA5\x98", "\xEF\xA4\x80", "\xE1\xB8\x8B\xCC\xA3", "q\xCC\x87\xCC\xA3", "\xE0\xBD\xB3",
+      "\xCD\x84", "<\xCC\xB8", "\xE0\xAD\x87\xE0\xAC\xBE", "A\xCC\x80\xCC\x95\xCC\x80", "\xE3\x81\x8B\xE3\x82\x99",
+      "Stra\xC3\x9F" "e caf\xC3\xA9 \xE4\xB8\xAD\xED\x95\x9C"};
+  for (const std::string& s : samples) {
+    EXPECT_EQ(normalize_with_js_tables(s, true), tokenizer_detail::normalize(s, tokenizer_detail::NormForm::NFC)) << s;
+    EXPECT_EQ(normalize_with_js_tables(s, false), tokenizer_detail::normalize(s, tokenizer_detail::NormForm::NFD)) << s;
+  }
+}
+
+TEST(Normalization, NewerCharactersFollowJavaScript) {
+  using tokenizer_detail::NormForm;
+  // U+1AE0 (Unicode 17) has combining class 230, so U+0323 (220) is reordered before it and
+  // composes with the "a": a + U+1AE0 + U+0323 -> U+1EA1 + U+1AE0.
+  EXPECT_EQ(tokenizer_detail::normalize("a\xE1\xAB\xA0\xCC\xA3", NormForm::NFC), "\xE1\xBA\xA1\xE1\xAB\xA0");
+  // U+105C9 TODHRI LETTER EI (Unicode 16) = U+105D2 + U+0307.
+  EXPECT_EQ(tokenizer_detail::normalize("\xF0\x90\x97\x92\xCC\x87", NormForm::NFC), "\xF0\x90\x97\x89");
+  EXPECT_EQ(tokenizer_detail::normalize("\xF0\x90\x97\x89", NormForm::NFD), "\xF0\x90\x97\x92\xCC\x87");
+  // A three-code-point decomposition (Gurung Khema, Unicode 16): U+1611E U+1611E U+1611F
+  // composes to U+16126 (via U+16121 = U+1611E + U+1611E).
+  EXPECT_EQ(tokenizer_detail::normalize("\xF0\x96\x84\x9E\xF0\x96\x84\x9E\xF0\x96\x84\x9F", NormForm::NFC),
+            "\xF0\x96\x84\xA6");
+  // Marking U+0307 for the new composition must not stop ordinary compositions with it.
+  EXPECT_EQ(tokenizer_detail::normalize("I\xCC\x87\xE1\xAB\xA0", NormForm::NFC), "\xC4\xB0\xE1\xAB\xA0");
+
+  Spec s = hello_spec();
+  s.normalizer = {{"type", "NFC"}};
+  auto t = load(s.build());
+  EXPECT_EQ(t->encode("a\xE1\xAB\xA0\xCC\xA3"), bytes_of("\xE1\xBA\xA1\xE1\xAB\xA0"));
 }
 
 // ---------------------------------------------------------------------------------------------

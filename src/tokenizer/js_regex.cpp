@@ -80,6 +80,7 @@ std::vector<bool> pcre2_property_bits(const char* property_pattern) {
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pat.c_str()), pat.size(),
                                    PCRE2_UTF | PCRE2_UCP, &err, &erroff, nullptr);
   if (!code) fail("internal: cannot compile ", pat, ": ", pcre2_message(err));
+  (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
   pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
   std::vector<bool> bits(kMaxCp, false);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(all_scalars.data());

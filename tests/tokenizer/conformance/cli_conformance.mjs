@@ -41,17 +41,19 @@ for (const v of manifest.variants) {
   const texts = fs.readFileSync(v.cases, "utf8").split("\n").filter(Boolean).map(JSON.parse)
     .filter((c) => !c.chat).slice(0, 400).map((c) => c.text);
   const doc = texts.join("\n");
+  // Plain output and --decode once; --json with and without --add-special-tokens.
+  const want = tok.encode(doc, { add_special_tokens: false });
+  const plain = run(["--tokenizer", v.tokenizer_json], doc).trim();
+  check(`${v.name} encode`, plain === want.join(" "), firstDiff(want.join(" "), plain));
+  const decoded = run(["--tokenizer", v.tokenizer_json, "--decode"], want.join(" "));
+  const jsDecoded = tok.decode(want, { clean_up_tokenization_spaces: false });
+  check(`${v.name} decode`, decoded === jsDecoded, firstDiff(jsDecoded, decoded));
   for (const special of [false, true]) {
-    const want = tok.encode(doc, { add_special_tokens: special });
+    const wantIds = tok.encode(doc, { add_special_tokens: special });
     const args = ["--tokenizer", v.tokenizer_json, "--json", ...(special ? ["--add-special-tokens"] : [])];
     const out = JSON.parse(run(args, doc));
-    check(`${v.name} encode special=${special}`, JSON.stringify(out.ids) === JSON.stringify(want) && out.count === want.length,
-      firstDiff(want, out.ids));
-    const plain = run(["--tokenizer", v.tokenizer_json, ...(special ? ["--add-special-tokens"] : [])], doc).trim();
-    check(`${v.name} encode plain special=${special}`, plain === want.join(" "), firstDiff(want.join(" "), plain));
-    const decoded = run(["--tokenizer", v.tokenizer_json, "--decode"], want.join(" "));
-    const jsDecoded = tok.decode(want, { clean_up_tokenization_spaces: false });
-    check(`${v.name} decode special=${special}`, decoded === jsDecoded, firstDiff(jsDecoded, decoded));
+    check(`${v.name} encode --json special=${special}`,
+      JSON.stringify(out.ids) === JSON.stringify(wantIds) && out.count === wantIds.length, firstDiff(wantIds, out.ids));
   }
   console.log(`${v.name}: ${doc.length} UTF-16 units checked through the CLI`);
 }

@@ -6,5 +6,6 @@ namespace dspark {
 int cmd_generate(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_model(int argc, char** argv);
 
 }  // namespace dspark

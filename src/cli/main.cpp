@@ -19,6 +19,7 @@ const Command kCommands[] = {
     {"generate", "generate text from a prompt with a local HF checkpoint", dspark::cmd_generate},
     {"tokenize", "print the token ids of text read from stdin", dspark::cmd_tokenize},
     {"bench", "measure target step latency (SPS curve) and prefill speed", dspark::cmd_bench},
+    {"model", "create (random, for tests) or inspect model directories", dspark::cmd_model},
 };
 
 void print_usage(FILE* out) {

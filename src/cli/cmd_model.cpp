@@ -1,0 +1,139 @@
+// dspark model: create and inspect model directories.
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dspark {
+
+namespace {
+
+using json = nlohmann::json;
+
+// GPT-2's byte-to-unicode map: printable bytes map to themselves, the rest to U+0100 onward.
+std::string byte_token(int b) {
+  static std::vector<int> map = [] {
+    std::vector<int> m(256, -1);
+    int next = 256;
+    for (int c = 0; c < 256; ++c) {
+      bool printable = (c >= 33 && c <= 126) || (c >= 161 && c <= 172) || (c >= 174 && c <= 255);
+      m[size_t(c)] = printable ? c : next++;
+    }
+    return m;
+  }();
+  int cp = map[size_t(b)];
+  std::string s;
+  if (cp < 0x80) {
+    s += char(cp);
+  } else {
+    s += char(0xC0 | (cp >> 6));
+    s += char(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// A byte-level tokenizer.json with one token per byte and no merges, plus ChatML specials.
+json byte_level_tokenizer(const std::vector<std::string>& specials) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_token(b)] = b;
+  json added = json::array();
+  for (size_t i = 0; i < specials.size(); ++i)
+    added.push_back({{"id", 256 + int(i)}, {"content", specials[i]}, {"single_word", false}, {"lstrip", false},
+                     {"rstrip", false}, {"normalized", false}, {"special", true}});
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"post_processor", nullptr},
+          {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}}},
+          {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
+                     {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false},
+                     {"ignore_merges", false}, {"vocab", vocab}, {"merges", json::array()}}}};
+}
+
+int model_init(int argc, char** argv) {
+  Args args;
+  args.flag("shape", "qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, tiny-qwen3, tiny-llama")
+      .flag("out", "directory to write")
+      .flag("seed", "random seed", true, "0")
+      .flag("std", "standard deviation of the random matrices", true, "0.02")
+      .flag("dtype", "stored weight type: bf16 or f32", true, "bf16");
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage("model init",
+                            "Writes an HF model directory with random weights of a real shape and a byte-level\n"
+                            "tokenizer.json (one token per byte, ChatML specials). For tests and benchmarks:\n"
+                            "its text is noise.");
+    return 0;
+  }
+  ModelConfig cfg = shape_config(args.str("shape"));
+  const std::vector<std::string> specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  if (cfg.vocab_size < 256 + int(specials.size()))
+    fail("shape ", args.str("shape"), " has too small a vocabulary for a byte-level tokenizer");
+  cfg.vocab_size = 256 + int(specials.size());  // every id decodes
+  cfg.bos_token_id = -1;
+  cfg.eos_token_ids = {256, 258};  // <|endoftext|>, <|im_end|>
+  auto dt = dtype_from_flag(args.str("dtype"));
+  if (!dt) fail("flag --dtype must be bf16 or f32");
+  const std::string out = args.str("out");
+  save_model_dir(cfg, *random_source(uint64_t(args.integer("seed")), float(args.number("std"))), out, *dt);
+  std::string tok = byte_level_tokenizer(specials).dump(1) + "\n";
+  write_file_atomic((std::filesystem::path(out) / "tokenizer.json").string(), tok.data(), tok.size());
+  Tokenizer::from_dir(out);  // what we wrote must load
+  std::fprintf(stderr, "wrote %s: %s, %.1fM parameters, random weights\n", out.c_str(), cfg.architecture.c_str(),
+               double(cfg.num_parameters()) / 1e6);
+  return 0;
+}
+
+int model_info(int argc, char** argv) {
+  Args args;
+  args.flag("model", "model directory").flag("json", "print JSON", false);
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage("model info", "Validates a model directory and prints its shape.");
+    return 0;
+  }
+  const std::string dir = args.str("model");
+  auto m = Model::load(dir, LoadOptions{DType::BF16});
+  const ModelConfig& c = m->config();
+  json j = c.to_json();
+  j["parameters"] = c.num_parameters();
+  if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+    j["tokenizer_vocab"] = Tokenizer::from_dir(dir)->vocab_size();
+  if (args.on("json")) {
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf("%s: %s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1fM parameters\n", dir.c_str(),
+                c.architecture.c_str(), c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
+                c.vocab_size, double(c.num_parameters()) / 1e6);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_model(int argc, char** argv) {
+  const std::string usage =
+      "usage: dspark model <init|info> [flags]\n\n"
+      "  init   write a random model of a real shape (with a byte-level tokenizer)\n"
+      "  info   validate a model directory and print its shape\n";
+  if (argc < 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
+    std::cout << usage;
+    return argc < 1 ? 2 : 0;
+  }
+  const std::string what = argv[0];
+  if (what == "init") return model_init(argc - 1, argv + 1);
+  if (what == "info") return model_info(argc - 1, argv + 1);
+  fail("unknown subcommand 'model ", what, "'\n", usage);
+}
+
+}  // namespace dspark

@@ -537,8 +537,12 @@ void BpeTokenizer::load_post_processor(const Ctx& ctx, const json& p, const std:
         if (specials && specials->is_object() && specials->contains(name)) entry = &(*specials)[name];
         if (entry && entry->contains("ids") && (*entry)["ids"].is_array()) {
           for (const json& id : (*entry)["ids"]) {
-            if (!id.is_number_integer()) ctx.bad(field + ".special_tokens[\"" + name + "\"].ids", "expected integers");
-            step.single.push_back(id.get<int32_t>());
+            const std::string f2 = field + ".special_tokens[\"" + name + "\"].ids";
+            if (!id.is_number_integer()) ctx.bad(f2, "expected integers");
+            const int64_t v = id.get<int64_t>();
+            if (v < 0 || static_cast<size_t>(v) >= known_.size() || !known_[static_cast<size_t>(v)])
+              ctx.bad(f2, "id " + std::to_string(v) + " is not in the vocabulary");
+            step.single.push_back(static_cast<int32_t>(v));
           }
         } else {
           step.single.push_back(resolve_token(ctx, name, f + ".SpecialToken.id"));
@@ -553,7 +557,10 @@ void BpeTokenizer::load_post_processor(const Ctx& ctx, const json& p, const std:
       const json& v = ctx.get(p, key, field + "." + key);
       if (!v.is_array() || v.size() != 2 || !v[1].is_number_integer())
         ctx.bad(field + "." + key, "expected [token, id]");
-      return v[1].get<int32_t>();
+      const int64_t id = v[1].get<int64_t>();
+      if (id < 0 || static_cast<size_t>(id) >= known_.size() || !known_[static_cast<size_t>(id)])
+        ctx.bad(field + "." + key, "id " + std::to_string(id) + " is not in the vocabulary");
+      return static_cast<int32_t>(id);
     };
     post_steps_.push_back(PostStep{{pair_id("cls"), -1, pair_id("sep")}});
   } else {

@@ -11,6 +11,7 @@
 
 namespace dspark {
 
+// All const methods are safe to call from several threads at once.
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -29,6 +30,8 @@ class Tokenizer {
   virtual std::string token_bytes(int32_t id) const = 0;
 
   virtual int vocab_size() const = 0;  // largest id + 1, added tokens included
+  // `token` as tokenizer.json spells it: a vocab string in the byte-level alphabet (e.g. "Ġhello")
+  // or an added token's content (e.g. "<|im_end|>").
   virtual std::optional<int32_t> token_to_id(std::string_view token) const = 0;
   virtual bool is_special(int32_t id) const = 0;
 };

@@ -204,6 +204,32 @@ TEST(Tokenizer, SplitSequenceLikeQwen) {
   EXPECT_EQ(t->encode("IT'S"), (Ids{'I', 'T', '\'', 'S'}));
 }
 
+TEST(Tokenizer, SplitBehaviors) {
+  // Pieces are visible through merges that only apply inside one piece.
+  Spec s;
+  s.extra = {"e-", "-f", "--"};  // 256, 257, 258
+  s.merges = {{"e", "-"}, {"-", "f"}, {"-", "-"}};
+  auto with = [&](const char* behavior) {
+    Spec t = s;
+    t.pre_tokenizer = {{"type", "Sequence"},
+                       {"pretokenizers",
+                        json::array({{{"type", "Split"}, {"pattern", {{"String", "-"}}}, {"behavior", behavior}, {"invert", false}},
+                                     {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
+    return load(t.build())->encode("the-final--countdown");
+  };
+  const Ids th = bytes_of("th"), fin = bytes_of("inal"), cd = bytes_of("countdown");
+  auto cat = [](std::initializer_list<Ids> parts) {
+    Ids out;
+    for (const Ids& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  EXPECT_EQ(with("Removed"), cat({bytes_of("the"), bytes_of("final"), cd}));
+  EXPECT_EQ(with("Isolated"), cat({bytes_of("the-final--countdown")}));
+  EXPECT_EQ(with("MergedWithPrevious"), cat({th, {256}, bytes_of("final-"), {'-'}, cd}));       // the- | final- | - | countdown
+  EXPECT_EQ(with("MergedWithNext"), cat({bytes_of("the"), {257}, fin, {'-'}, bytes_of("-countdown")}));  // the | -final | - | -countdown
+  EXPECT_EQ(with("Contiguous"), cat({bytes_of("the-final"), {258}, cd}));                         // the | - | final | -- | countdown
+}
+
 TEST(Tokenizer, AddedTokensSplitLongestMatchFirst) {
   Spec s = hello_spec();
   s.added = json::array({added_token(300, "<|a|>"), added_token(301, "<|a|>b"), added_token(302, "<think>", false)});
@@ -422,6 +448,12 @@ TEST(TokenizerErrors, UnsupportedComponents) {
   j = hello_spec().build();
   j["added_tokens"] = json::array({{{"content", "<x>"}}});
   expect_error(dir.write("t.json", j.dump()), "added_tokens[0].id");
+  j = hello_spec().build();
+  j["post_processor"] = json::parse(R"({"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}],
+      "special_tokens": {"<s>": {"id": "<s>", "ids": [999], "tokens": ["<s>"]}}})");
+  expect_error(dir.write("t.json", j.dump()), "post_processor.special_tokens[\"<s>\"].ids");
+  j["post_processor"].erase("special_tokens");  // then the token itself must exist
+  expect_error(dir.write("t.json", j.dump()), "post_processor.single[0].SpecialToken.id");
   j = hello_spec().build();
   j["model"]["vocab"]["Hello"] = "x";
   expect_error(dir.write("t.json", j.dump()), "model.vocab[\"Hello\"]");

@@ -122,10 +122,12 @@ int bench_step(int argc, char** argv) {
     return 0;
   }
   std::printf("%-8s %-6s %-7s %-7s %10s %10s %8s\n", "context", "batch", "tok/seq", "tokens", "ms", "steps/s", "vs 1-tok");
-  for (const auto& s : j["steps"])
-    std::printf("%-8d %-6d %-7d %-7d %10.2f %10.2f %8.2f\n", s["context"].get<int>(), s["batch"].get<int>(),
+  for (const auto& s : j["steps"]) {
+    const double ratio = s["vs_1_token"].get<double>();
+    std::printf("%-8d %-6d %-7d %-7d %10.2f %10.2f %8s\n", s["context"].get<int>(), s["batch"].get<int>(),
                 s["tokens_per_seq"].get<int>(), s["batch_tokens"].get<int>(), s["ms"].get<double>(),
-                s["steps_per_s"].get<double>(), s["vs_1_token"].get<double>());
+                s["steps_per_s"].get<double>(), ratio > 0 ? std::to_string(ratio).substr(0, 4).c_str() : "-");
+  }
   std::printf("\nDRAM read bandwidth (measured): %.1f GB/s\n", bw / 1e9);
   if (d)
     std::printf("decode step streams %.2f GB of weights + KV: %.1f GB/s = %.0f%% of DRAM bandwidth\n",

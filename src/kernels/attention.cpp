@@ -18,11 +18,11 @@ inline float kv_at(const PagedKvLayer& kv, const void* base, int64_t idx) {
 }
 
 inline int64_t k_index(const PagedKvLayer& kv, int32_t phys, int h, int d, int off) {
-  return int64_t(phys) * kv.block_elems() + (int64_t(h) * kv.head_dim + d) * kKvBlock + off;
+  return kv.block_offset(h, phys) + int64_t(d) * kKvBlock + off;
 }
 
 inline int64_t v_index(const PagedKvLayer& kv, int32_t phys, int h, int off, int d) {
-  return int64_t(phys) * kv.block_elems() + (int64_t(h) * kKvBlock + off) * kv.head_dim + d;
+  return kv.block_offset(h, phys) + int64_t(off) * kv.head_dim + d;
 }
 
 }  // namespace

@@ -10,17 +10,23 @@ namespace dspark {
 // Keys and values of one sequence live in fixed blocks of kKvBlock positions.
 constexpr int kKvBlock = 16;
 
-// One layer of a paged cache. Within a block, K is stored dimension-major
-// ([head_dim][kKvBlock] per kv head) so a query scores a whole block with vector FMAs,
-// and V is position-major ([kKvBlock][head_dim]).
+// One layer of a paged cache. Each KV head has its own run of blocks, so the blocks of one
+// sequence (handed out in order) lie back to back and stream like one array. Within a block,
+// K is stored dimension-major ([head_dim][kKvBlock]) so a query scores a whole block with
+// vector FMAs, and V is position-major ([kKvBlock][head_dim]).
 struct PagedKvLayer {
   DType dtype = DType::F32;  // F32 or BF16
   int n_kv_heads = 0;
   int head_dim = 0;
-  void* k = nullptr;  // [num_blocks][n_kv_heads][head_dim][kKvBlock]
-  void* v = nullptr;  // [num_blocks][n_kv_heads][kKvBlock][head_dim]
+  int num_blocks = 0;
+  void* k = nullptr;  // [n_kv_heads][num_blocks][head_dim][kKvBlock]
+  void* v = nullptr;  // [n_kv_heads][num_blocks][kKvBlock][head_dim]
 
-  int64_t block_elems() const { return int64_t(n_kv_heads) * head_dim * kKvBlock; }
+  int64_t block_elems() const { return int64_t(head_dim) * kKvBlock; }  // one head's block
+  int64_t head_elems() const { return int64_t(num_blocks) * block_elems(); }
+  // Element offset of block `phys` of KV head `h` (in K or V).
+  int64_t block_offset(int h, int32_t phys) const { return h * head_elems() + int64_t(phys) * block_elems(); }
+  int64_t layer_elems() const { return n_kv_heads * head_elems(); }
 };
 
 // Writes the K and V rows (n_kv_heads * head_dim values each) of one position.

@@ -11,6 +11,8 @@ namespace dspark::detail {
 
 namespace {
 
+#define DSPARK_UNROLL_ATT _Pragma("GCC unroll 8")
+
 template <bool kBf16>
 inline void load_k16(const void* kt, int d, __m256& k0, __m256& k1) {
   if constexpr (kBf16) {
@@ -30,18 +32,89 @@ inline __m256 load_v8(const void* vb, int64_t idx) {
   return _mm256_loadu_ps(static_cast<const float*>(vb) + idx);
 }
 
+// s[g][0..16) = q_g · K[:, 0..16) for G query vectors (rows of q, stride hd).
+template <int G, bool kBf16>
+inline void scores(const void* kt, const float* q, int hd, float* s) {
+  constexpr int kSplit = G == 4 ? 1 : G == 2 ? 2 : 4;  // head-dimension splits per vector
+  __m256 a[G][kSplit][2];
+  DSPARK_UNROLL_ATT
+  for (int g = 0; g < G; ++g)
+    DSPARK_UNROLL_ATT
+    for (int p = 0; p < kSplit; ++p) a[g][p][0] = a[g][p][1] = _mm256_setzero_ps();
+  const int part = hd / kSplit;
+  for (int d = 0; d < part; ++d) {
+    DSPARK_UNROLL_ATT
+    for (int p = 0; p < kSplit; ++p) {
+      __m256 k0, k1;
+      load_k16<kBf16>(kt, p * part + d, k0, k1);
+      DSPARK_UNROLL_ATT
+      for (int g = 0; g < G; ++g) {
+        const __m256 qb = _mm256_broadcast_ss(q + g * hd + p * part + d);
+        a[g][p][0] = _mm256_fmadd_ps(qb, k0, a[g][p][0]);
+        a[g][p][1] = _mm256_fmadd_ps(qb, k1, a[g][p][1]);
+      }
+    }
+  }
+  DSPARK_UNROLL_ATT
+  for (int g = 0; g < G; ++g) {
+    __m256 r0 = a[g][0][0], r1 = a[g][0][1];
+    DSPARK_UNROLL_ATT
+    for (int p = 1; p < kSplit; ++p) {
+      r0 = _mm256_add_ps(r0, a[g][p][0]);
+      r1 = _mm256_add_ps(r1, a[g][p][1]);
+    }
+    _mm256_storeu_ps(s + g * kKvBlock, r0);
+    _mm256_storeu_ps(s + g * kKvBlock + 8, r1);
+  }
+}
+
+// o[g][d..d+8C) = o[g] * alpha[g] + sum_j p[g][j] * V[j][d..d+8C) for G query vectors.
+template <int G, int C, bool kBf16>
+inline void pv_chunk(const void* vb, const float* p, const float* alpha, int keys, int hd, int d, float* o) {
+  __m256 acc[G][C];
+  DSPARK_UNROLL_ATT
+  for (int g = 0; g < G; ++g) {
+    const __m256 va = _mm256_set1_ps(alpha[g]);
+    DSPARK_UNROLL_ATT
+    for (int c = 0; c < C; ++c) acc[g][c] = _mm256_mul_ps(_mm256_loadu_ps(o + g * hd + d + 8 * c), va);
+  }
+  for (int j = 0; j < keys; ++j) {
+    __m256 v[C];
+    DSPARK_UNROLL_ATT
+    for (int c = 0; c < C; ++c) v[c] = load_v8<kBf16>(vb, int64_t(j) * hd + d + 8 * c);
+    DSPARK_UNROLL_ATT
+    for (int g = 0; g < G; ++g) {
+      const __m256 pb = _mm256_broadcast_ss(p + g * kKvBlock + j);
+      DSPARK_UNROLL_ATT
+      for (int c = 0; c < C; ++c) acc[g][c] = _mm256_fmadd_ps(pb, v[c], acc[g][c]);
+    }
+  }
+  DSPARK_UNROLL_ATT
+  for (int g = 0; g < G; ++g)
+    DSPARK_UNROLL_ATT
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(o + g * hd + d + 8 * c, acc[g][c]);
+}
+
+template <int G, bool kBf16>
+inline void pv(const void* vb, const float* p, const float* alpha, int keys, int hd, float* o) {
+  int d = 0;
+  for (; d + 32 <= hd; d += 32) pv_chunk<G, 4, kBf16>(vb, p, alpha, keys, hd, d, o);
+  for (; d < hd; d += 8) pv_chunk<G, 1, kBf16>(vb, p, alpha, keys, hd, d, o);
+}
+
 template <bool kBf16>
 void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr, const float* q,
           int64_t ldq, int group, int kvh, float scale, float* out, int64_t ldo) {
   const int hd = kv.head_dim;
   const int nq = nr * group;  // query vectors: index qi = r * group + g
   thread_local Buffer<float> scratch;
-  scratch.resize(size_t(nq) * (2 * hd + kKvBlock + 2) + 64);
+  scratch.resize(size_t(nq) * (2 * hd + kKvBlock + 3) + 64);
   float* qs = scratch.data();         // [nq][hd] scaled queries
   float* o = qs + nq * hd;            // [nq][hd] unnormalised outputs
   float* s = o + nq * hd;             // [nq][kKvBlock] scores of the current block
   float* mx = s + nq * kKvBlock;      // [nq] running max
   float* sum = mx + nq;               // [nq] running denominator
+  float* alpha_buf = sum + nq;        // [nq] rescale factor of the current block
   int max_vis = 0;
   for (int r = 0; r < nr; ++r) max_vis = std::max(max_vis, visible[r]);
   const __m256 vscale = _mm256_set1_ps(scale);
@@ -55,55 +128,35 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     sum[qi] = 0.f;
   }
   const size_t esz = kBf16 ? 2 : 4;
-  const int64_t head_off = int64_t(kvh) * hd * kKvBlock;
   for (int b0 = 0; b0 < max_vis; b0 += kKvBlock) {
-    const int64_t base = int64_t(table[b0 / kKvBlock]) * kv.block_elems() + head_off;
+    const int64_t base = kv.block_offset(kvh, table[b0 / kKvBlock]);
     const void* kt = static_cast<const uint8_t*>(kv.k) + base * esz;
     const void* vb = static_cast<const uint8_t*>(kv.v) + base * esz;
     const int nkeys = std::min(kKvBlock, max_vis - b0);
-    // Scores, four query vectors at a time (8 accumulators hide the FMA latency).
+    // Scores: groups of query vectors share each K load; eight independent accumulator chains
+    // (query vectors x key halves x head-dimension splits) keep the FMA units busy.
     int qi = 0;
-    for (; qi + 4 <= nq; qi += 4) {
-      __m256 a[4][2];
-      for (int i = 0; i < 4; ++i) a[i][0] = a[i][1] = _mm256_setzero_ps();
-      for (int d = 0; d < hd; ++d) {
-        __m256 k0, k1;
-        load_k16<kBf16>(kt, d, k0, k1);
-        for (int i = 0; i < 4; ++i) {
-          __m256 qb = _mm256_broadcast_ss(qs + (qi + i) * hd + d);
-          a[i][0] = _mm256_fmadd_ps(qb, k0, a[i][0]);
-          a[i][1] = _mm256_fmadd_ps(qb, k1, a[i][1]);
-        }
-      }
-      for (int i = 0; i < 4; ++i) {
-        _mm256_storeu_ps(s + (qi + i) * kKvBlock, a[i][0]);
-        _mm256_storeu_ps(s + (qi + i) * kKvBlock + 8, a[i][1]);
-      }
+    for (; qi + 4 <= nq; qi += 4) scores<4, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    if (nq - qi == 3) {
+      scores<2, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+      scores<1, kBf16>(kt, qs + (qi + 2) * hd, hd, s + (qi + 2) * kKvBlock);
+    } else if (nq - qi == 2) {
+      scores<2, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    } else if (nq - qi == 1) {
+      scores<1, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
     }
-    for (; qi < nq; ++qi) {
-      __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-      for (int d = 0; d < hd; ++d) {
-        __m256 k0, k1;
-        load_k16<kBf16>(kt, d, k0, k1);
-        __m256 qb = _mm256_broadcast_ss(qs + qi * hd + d);
-        a0 = _mm256_fmadd_ps(qb, k0, a0);
-        a1 = _mm256_fmadd_ps(qb, k1, a1);
-      }
-      _mm256_storeu_ps(s + qi * kKvBlock, a0);
-      _mm256_storeu_ps(s + qi * kKvBlock + 8, a1);
-    }
-    // Mask, online softmax, and P·V.
+    // Mask and online softmax: s becomes the block's probabilities, o is rescaled.
     for (qi = 0; qi < nq; ++qi) {
       const int lim = std::min(nkeys, visible[qi / group] - b0);
       float* sr = s + qi * kKvBlock;
-      if (lim <= 0) {
+      if (lim <= 0) {  // this row sees none of the block: leave its output as it is
         for (int j = 0; j < kKvBlock; ++j) sr[j] = 0.f;
+        alpha_buf[qi] = 1.f;
         continue;
       }
       for (int j = lim; j < kKvBlock; ++j) sr[j] = -INFINITY;
       __m256 s0 = _mm256_loadu_ps(sr), s1 = _mm256_loadu_ps(sr + 8);
-      const float bmax = avx2::hmax(_mm256_max_ps(s0, s1));
-      const float new_max = std::max(mx[qi], bmax);
+      const float new_max = std::max(mx[qi], avx2::hmax(_mm256_max_ps(s0, s1)));
       const float alpha = std::exp(mx[qi] - new_max);  // 0 on the first block (mx = -inf)
       const __m256 vm = _mm256_set1_ps(new_max);
       s0 = avx2::exp256(_mm256_sub_ps(s0, vm));
@@ -112,20 +165,12 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
       _mm256_storeu_ps(sr + 8, s1);
       sum[qi] = sum[qi] * alpha + avx2::hsum(_mm256_add_ps(s0, s1));
       mx[qi] = new_max;
-      float* orow = o + qi * hd;
-      const __m256 va = _mm256_set1_ps(alpha);
-      for (int d = 0; d < hd; d += 32) {
-        const int chunks = std::min(4, (hd - d) / 8);
-        __m256 acc[4];
-        for (int c = 0; c < chunks; ++c) acc[c] = _mm256_mul_ps(_mm256_loadu_ps(orow + d + 8 * c), va);
-        for (int j = 0; j < lim; ++j) {
-          const __m256 p = _mm256_broadcast_ss(sr + j);
-          for (int c = 0; c < chunks; ++c)
-            acc[c] = _mm256_fmadd_ps(p, load_v8<kBf16>(vb, int64_t(j) * hd + d + 8 * c), acc[c]);
-        }
-        for (int c = 0; c < chunks; ++c) _mm256_storeu_ps(orow + d + 8 * c, acc[c]);
-      }
+      alpha_buf[qi] = alpha;
     }
+    // P·V, two query vectors at a time so each V load feeds eight accumulators.
+    const int keys = std::min(kKvBlock, max_vis - b0);
+    for (qi = 0; qi + 2 <= nq; qi += 2) pv<2, kBf16>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
+    if (qi < nq) pv<1, kBf16>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
   }
   for (int qi = 0; qi < nq; ++qi) {
     float* dst = out + (qi / group) * ldo + int64_t(kvh * group + qi % group) * hd;

@@ -24,7 +24,9 @@ namespace {
 #define DSPARK_UNROLL _Pragma("GCC unroll 16")
 
 constexpr int kDotMaxRows = 16;
-constexpr int kDotKc = 512;       // k block of the dot kernel (x tile stays in L1)
+constexpr int kPrefetchTiles = 2;  // how many W tiles ahead the dot kernel prefetches
+constexpr int kDotKc = 4096;      // k block of the dot kernel: whole rows for usual sizes, so W
+                                  // streams row after row (measured best for m = 8)
 constexpr int kDotChunk = 32;     // W rows per parallel task in the dot kernel
 constexpr int kPackKc = 256;      // k block of the packed kernel (a 16 KiB panel stays in L1)
 constexpr int kPackMc = 120;      // x rows per block of the packed kernel (120 KiB of x in L2)
@@ -66,53 +68,92 @@ inline float w_at(const void* w, int64_t k) {
   return static_cast<const float*>(w)[k];
 }
 
+// Keeps a value in a register: GCC otherwise folds a load into every FMA that uses it,
+// and this CPU retires only about one 256-bit load per cycle.
+#define DSPARK_IN_REGISTER(v) asm("" : "+x"(v))
+
 // acc over k in [k0, k1) for MR rows of x (arranged; row stride ldx) and NR rows of W.
 // k1 - k0 is a multiple of 16. Adds (or stores when `store`) into y.
+// When `prefetch` is set, the next NR rows of W are prefetched at the same k, one tile ahead:
+// with several rows of x per W row the kernel computes long enough per byte that the
+// hardware prefetchers alone fall behind.
 template <int MR, int NR, bool kBf16>
 void dot_micro(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw_bytes, int64_t k0,
-               int64_t k1, float* y, int64_t ldy, bool store) {
+               int64_t k1, float* y, int64_t ldy, bool store, bool prefetch) {
   __m256 acc[MR][NR];
   DSPARK_UNROLL
   for (int i = 0; i < MR; ++i)
     DSPARK_UNROLL
     for (int j = 0; j < NR; ++j) acc[i][j] = _mm256_setzero_ps();
   for (int64_t k = k0; k < k1; k += 16) {
-    DSPARK_UNROLL
-    for (int j = 0; j < NR; ++j) {
-      __m256 lo, hi;
-      load_w16<kBf16>(w + j * ldw_bytes, k, lo, hi);
+    if (prefetch && (k & 31) == 0) {
       DSPARK_UNROLL
-  for (int i = 0; i < MR; ++i) {
-        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k), lo, acc[i][j]);
-        acc[i][j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i * ldx + k + 8), hi, acc[i][j]);
+      for (int j = 0; j < NR; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(w + (kPrefetchTiles * NR + j) * ldw_bytes) + k * (kBf16 ? 2 : 4), _MM_HINT_T0);
+    }
+    __m256 lo[NR], hi[NR];
+    DSPARK_UNROLL
+    for (int j = 0; j < NR; ++j) load_w16<kBf16>(w + j * ldw_bytes, k, lo[j], hi[j]);
+    DSPARK_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      __m256 xe = _mm256_loadu_ps(x + i * ldx + k), xo = _mm256_loadu_ps(x + i * ldx + k + 8);
+      DSPARK_IN_REGISTER(xe);
+      DSPARK_IN_REGISTER(xo);
+      DSPARK_UNROLL
+      for (int j = 0; j < NR; ++j) {
+        acc[i][j] = _mm256_fmadd_ps(xe, lo[j], acc[i][j]);
+        acc[i][j] = _mm256_fmadd_ps(xo, hi[j], acc[i][j]);
       }
     }
   }
   DSPARK_UNROLL
   for (int i = 0; i < MR; ++i) {
     float* yr = y + i * ldy;
-    int j = 0;
     DSPARK_UNROLL
-    for (; j + 4 <= NR; j += 4) {
-      __m128 s = hsum4(acc[i][j], acc[i][j + 1], acc[i][j + 2], acc[i][j + 3]);
-      if (!store) s = _mm_add_ps(s, _mm_loadu_ps(yr + j));
-      _mm_storeu_ps(yr + j, s);
-    }
-    DSPARK_UNROLL
-    for (; j < NR; ++j) yr[j] = store ? hsum(acc[i][j]) : yr[j] + hsum(acc[i][j]);
+    for (int j = 0; j < NR; ++j) yr[j] = store ? hsum(acc[i][j]) : yr[j] + hsum(acc[i][j]);
   }
 }
 
 template <int MR, bool kBf16>
 void dot_rows(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw_bytes, int nrows,
-              int64_t k0, int64_t k1, float* y, int64_t ldy, bool store) {
-  // NR is chosen so that MR*NR accumulators fit the 16 ymm registers with room for operands.
-  constexpr int NR = MR == 1 ? 8 : MR == 2 ? 6 : MR == 3 ? 4 : 3;
+              int64_t k0, int64_t k1, float* y, int64_t ldy, bool store, bool prefetch) {
+  // MR*NR accumulators + 2*NR widened weights + 2 x vectors must fit 16 ymm registers.
+  constexpr int NR = MR == 2 ? 3 : 2;
   int j = 0;
   for (; j + NR <= nrows; j += NR)
-    dot_micro<MR, NR, kBf16>(x, ldx, w + j * ldw_bytes, ldw_bytes, k0, k1, y + j, ldy, store);
+    dot_micro<MR, NR, kBf16>(x, ldx, w + j * ldw_bytes, ldw_bytes, k0, k1, y + j, ldy, store,
+                             prefetch && j + (kPrefetchTiles + 1) * NR <= nrows);
   for (; j < nrows; ++j)
-    dot_micro<MR, 1, kBf16>(x, ldx, w + j * ldw_bytes, ldw_bytes, k0, k1, y + j, ldy, store);
+    dot_micro<MR, 1, kBf16>(x, ldx, w + j * ldw_bytes, ldw_bytes, k0, k1, y + j, ldy, store, false);
+}
+
+// m == 1 (decode): each W row is read start to end, so the whole matrix streams sequentially,
+// the access pattern DRAM prefetchers serve best; four accumulators hide the FMA latency.
+template <bool kBf16>
+void dot_single_row(const float* x, const uint8_t* w, int64_t ldw_bytes, int nrows, int64_t kvec,
+                    float* y, bool store) {
+  for (int j = 0; j < nrows; ++j) {
+    const uint8_t* wr = w + j * ldw_bytes;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k + 32 <= kvec; k += 32) {
+      __m256 l0, h0, l1, h1;
+      load_w16<kBf16>(wr, k, l0, h0);
+      load_w16<kBf16>(wr, k + 16, l1, h1);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), l0, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), h0, a1);
+      a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 16), l1, a2);
+      a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 24), h1, a3);
+    }
+    if (k < kvec) {
+      __m256 l0, h0;
+      load_w16<kBf16>(wr, k, l0, h0);
+      a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), l0, a0);
+      a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), h0, a1);
+    }
+    const float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    y[j] = store ? s : y[j] + s;
+  }
 }
 
 template <bool kBf16>
@@ -147,18 +188,19 @@ void gemm_dot(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* 
     const int n0 = t * kDotChunk;
     const int nrows = std::min(kDotChunk, w.n - n0);
     const uint8_t* wt = wbase + n0 * ldw_bytes;
-    for (int64_t k0 = 0; k0 < kvec; k0 += kDotKc) {
+    if (m == 1 && kvec > 0) dot_single_row<kBf16>(xa, wt, ldw_bytes, nrows, kvec, y + n0, !accumulate);
+    for (int64_t k0 = 0; k0 < kvec && m > 1; k0 += kDotKc) {
       const int64_t k1 = std::min(kvec, k0 + kDotKc);
       const bool store = (k0 == 0) && !accumulate;
       float* yt = y + n0;
       int i = 0;
       for (; i + 4 <= m; i += 4)
-        dot_rows<4, kBf16>(xa + i * ldxa, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store);
+        dot_rows<4, kBf16>(xa + i * ldxa, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store, i == 0);
       const float* xr = xa + i * ldxa;
       switch (m - i) {
-        case 3: dot_rows<3, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store); break;
-        case 2: dot_rows<2, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store); break;
-        case 1: dot_rows<1, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store); break;
+        case 3: dot_rows<3, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store, i == 0); break;
+        case 2: dot_rows<2, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store, i == 0); break;
+        case 1: dot_rows<1, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store, i == 0); break;
         default: break;
       }
     }
@@ -175,6 +217,7 @@ void gemm_dot(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* 
     }
   });
 }
+
 
 // ---- packed outer-product kernel --------------------------------------------------------
 

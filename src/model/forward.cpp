@@ -2,14 +2,38 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "core/error.h"
+#include "core/timer.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
 
 namespace dspark {
+
+namespace {
+
+// DSPARK_PROFILE=1 prints, at exit, where forward time went (by operation).
+struct OpProfile {
+  bool on = std::getenv("DSPARK_PROFILE") != nullptr;
+  double seconds[8] = {};
+  const char* names[8] = {"norms", "qkv gemm", "rope+kv write", "attention", "o gemm", "gate_up gemm", "silu", "down gemm"};
+  double lm_head = 0;
+  ~OpProfile() {
+    if (!on) return;
+    double total = lm_head;
+    for (double t : seconds) total += t;
+    std::fprintf(stderr, "forward profile (%.3f s):\n", total);
+    for (int i = 0; i < 8; ++i) std::fprintf(stderr, "  %-14s %8.3f s %5.1f%%\n", names[i], seconds[i], 100 * seconds[i] / total);
+    std::fprintf(stderr, "  %-14s %8.3f s %5.1f%%\n", "lm_head", lm_head, 100 * lm_head / total);
+  }
+};
+OpProfile g_profile;
+
+}  // namespace
 
 void Batch::clear() {
   tokens.clear();
@@ -133,8 +157,18 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = model_.layer(l);
     const PagedKvLayer kvl = kv_.layer(l);
+    const bool prof = g_profile.on;
+    double t = prof ? now_seconds() : 0;
+    auto mark = [&](int op) {
+      if (!prof) return;
+      const double now = now_seconds();
+      g_profile.seconds[op] += now - t;
+      t = now;
+    };
     rmsnorm(h, H, L.attn_norm, xn_.data(), H, n, int(H), c.rms_norm_eps);
+    mark(0);
     gemm(xn_.data(), n, H, L.qkv, qkv_.data(), qkv_ld);
+    mark(1);
     // Per-row: q/k norm (Qwen3), RoPE, and the K/V write into the paged cache.
     parallel_for(row_tasks, [&](int task) {
       for (int i = task * row_chunk; i < std::min(n, (task + 1) * row_chunk); ++i) {
@@ -150,12 +184,19 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
         kv_write(kvl, tables_[size_t(i)], b.positions[size_t(i)], kr, vr);
       }
     });
+    mark(2);
     attention(kvl, rows, qkv_.data(), qkv_ld, c.num_heads, scale, attn_.data(), c.q_dim());
+    mark(3);
     gemm(attn_.data(), n, c.q_dim(), L.o, h, H, /*accumulate=*/true);
+    mark(4);
     rmsnorm(h, H, L.mlp_norm, xn_.data(), H, n, int(H), c.rms_norm_eps);
+    mark(0);
     gemm(xn_.data(), n, H, L.gate_up, gate_up_.data(), 2 * c.intermediate_size);
+    mark(5);
     silu_mul(gate_up_.data(), 2 * c.intermediate_size, act_.data(), c.intermediate_size, n, c.intermediate_size);
+    mark(6);
     gemm(act_.data(), n, c.intermediate_size, L.down, h, H, /*accumulate=*/true);
+    mark(7);
     tap(l);
   }
 
@@ -164,7 +205,9 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
       std::memcpy(gathered_.data() + int64_t(o) * H, h + int64_t(b.output_rows[size_t(o)]) * H, size_t(H) * 4);
     rmsnorm(gathered_.data(), H, model_.final_norm(), final_.data(), H, n_out, int(H), c.rms_norm_eps);
     if (req.logits) {
+      const double t0 = g_profile.on ? now_seconds() : 0;
       gemm(final_.data(), n_out, H, model_.lm_head(), logits_.data(), c.vocab_size);
+      if (g_profile.on) g_profile.lm_head += now_seconds() - t0;
       out_.logits = logits_.data();
     }
     if (req.final_hidden) out_.final_hidden = final_.data();

@@ -78,7 +78,7 @@ const int32_t* KvCache::block_table(int seq) const { return seq_ref(seq).blocks.
 
 PagedKvLayer KvCache::layer(int l) const {
   uint8_t* base = static_cast<uint8_t*>(storage_.data()) + size_t(l) * 2 * size_t(layer_bytes_);
-  return PagedKvLayer{dtype_, n_kv_heads_, head_dim_, base, base + layer_bytes_};
+  return PagedKvLayer{dtype_, n_kv_heads_, head_dim_, num_blocks_, base, base + layer_bytes_};
 }
 
 int64_t KvCache::bytes_per_token() const {

@@ -29,9 +29,9 @@ void fill_cache(KvCache& kv, int seq, int len, uint64_t seed) {
     Rng rng(seed, uint64_t(l));
     const int64_t n = L.block_elems();
     const size_t esz = dtype_size(L.dtype);
-    for (int b = 0; b < blocks; ++b) {
+    for (int b = 0; b < blocks * L.n_kv_heads; ++b) {
       for (void* base : {L.k, L.v}) {
-        uint8_t* p = static_cast<uint8_t*>(base) + size_t(table[b]) * size_t(n) * esz;
+        uint8_t* p = static_cast<uint8_t*>(base) + size_t(L.block_offset(b / blocks, table[b % blocks])) * esz;
         for (int64_t i = 0; i < n; ++i) {
           float v = float(rng.uniform() - 0.5) * 0.2f;
           if (L.dtype == DType::BF16) reinterpret_cast<uint16_t*>(p)[i] = f32_to_bf16(v);

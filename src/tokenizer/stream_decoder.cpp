@@ -7,6 +7,9 @@ StreamDecoder::StreamDecoder(const Tokenizer& tok, bool skip_special_tokens)
     : tok_(tok), skip_special_(skip_special_tokens) {}
 
 std::string StreamDecoder::push(int32_t id) {
+  // Models often pad their vocabulary past the tokenizer's (Qwen3: 151936 rows, 151669
+  // tokens); a sampled padding id has no text, and a stream must not fail on it.
+  if (id < 0 || id >= tok_.vocab_size()) return {};
   if (skip_special_ && tok_.is_special(id)) return {};
   pending_ += tok_.token_bytes(id);
   std::string out;

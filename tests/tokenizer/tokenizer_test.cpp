@@ -360,6 +360,16 @@ TEST(StreamDecoder, HoldsBackSplitCharacter) {
   EXPECT_EQ(d.flush(), "");
 }
 
+TEST(StreamDecoder, IdsPastTheVocabularyGiveNoText) {
+  auto t = load(hello_spec().build());
+  StreamDecoder d(*t);
+  EXPECT_EQ(d.push('a'), "a");
+  EXPECT_EQ(d.push(t->vocab_size()), "");  // a model's padding row
+  EXPECT_EQ(d.push(-1), "");
+  EXPECT_EQ(d.push('b'), "b");
+  EXPECT_THROW(t->decode(Ids{t->vocab_size()}), Error);  // decode itself stays strict
+}
+
 TEST(StreamDecoder, ConcatenationEqualsDecode) {
   Spec s = hello_spec();
   s.added = json::array({added_token(300, "<|im_end|>")});

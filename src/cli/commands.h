@@ -7,5 +7,8 @@ int cmd_generate(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_model(int argc, char** argv);
+int cmd_corpus(int argc, char** argv);
+int cmd_tokenizer(int argc, char** argv);
+int cmd_train(int argc, char** argv);
 
 }  // namespace dspark

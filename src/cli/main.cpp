@@ -20,6 +20,9 @@ const Command kCommands[] = {
     {"tokenize", "print the token ids of text read from stdin", dspark::cmd_tokenize},
     {"bench", "measure target step latency (SPS curve) and prefill speed", dspark::cmd_bench},
     {"model", "create (random, for tests) or inspect model directories", dspark::cmd_model},
+    {"corpus", "build the training corpus from Debian-shipped text; tokenize it into shards", dspark::cmd_corpus},
+    {"tokenizer", "train a byte-level BPE tokenizer.json", dspark::cmd_tokenizer},
+    {"train", "train target models and drafters (runs the dspark-train binary)", dspark::cmd_train},
 };
 
 void print_usage(FILE* out) {

@@ -23,7 +23,8 @@ namespace dspark {
 
 namespace {
 
-// Lets a flag take several values in a row: `--input a b c` becomes `--input a --input b --input c`.
+// Lets a flag take several values in a row: `--input a b c` becomes `--input a --input b --input
+// c`.
 std::vector<std::string> expand_multi(int argc, char** argv, const std::string& flag) {
   std::vector<std::string> out;
   bool in_list = false;
@@ -68,7 +69,8 @@ std::vector<BpeTrainInput> inputs_from_flags(const Args& args, const std::string
     fail("give exactly one of --corpus DIR or --input FILE...");
   std::vector<BpeTrainInput> inputs;
   if (args.has("corpus")) {
-    for (const std::string& f : corpus_split_files(args.str("corpus"), split)) inputs.push_back(BpeTrainInput::jsonl_file(f));
+    for (const std::string& f : corpus_split_files(args.str("corpus"), split))
+      inputs.push_back(BpeTrainInput::jsonl_file(f));
   } else {
     for (const std::string& f : args.list("input")) {
       const bool jsonl = f.size() >= 6 && f.compare(f.size() - 6, 6, ".jsonl") == 0;
@@ -81,7 +83,8 @@ std::vector<BpeTrainInput> inputs_from_flags(const Args& args, const std::string
 int tokenizer_train(int argc, char** argv) {
   Args args;
   args.flag("corpus", "corpus directory: reads every DIR/<domain>/train.jsonl (\"text\" field)")
-      .flag("input", "text files (or .jsonl files with a \"text\" field); several may follow one --input")
+      .flag("input",
+            "text files (or .jsonl files with a \"text\" field); several may follow one --input")
       .flag("vocab-size", "total vocabulary, added tokens included", true, "8192")
       .flag("out", "where to write tokenizer.json (tokenizer_config.json goes next to it)")
       .flag("min-frequency", "never merge a pair seen fewer times", true, "2")
@@ -89,12 +92,14 @@ int tokenizer_train(int argc, char** argv) {
       .flag("model-max-length", "model_max_length in tokenizer_config.json", true, "32768")
       .flag("threads", "counting threads (0: DSPARK_THREADS or all cores)", true, "0")
       .flag("max-mb", "read at most this many MB of input, shared evenly between the inputs")
-      .flag("quiet", "no progress lines on stderr", false);
+      .flag("quiet", "print nothing on success (no progress lines, no summary)", false);
   parse_expanded(args, argc, argv);
   if (args.help_requested()) {
     std::fputs(args.usage("tokenizer train",
-                          "Trains a byte-level BPE tokenizer (Qwen2-style pre-tokenizer, 256 byte tokens, special\n"
-                          "tokens <|endoftext|> <|im_start|> <|im_end|> <|mask|> and reserved ones after the learned\n"
+                          "Trains a byte-level BPE tokenizer (Qwen2-style pre-tokenizer, 256 byte "
+                          "tokens, special\n"
+                          "tokens <|endoftext|> <|im_start|> <|im_end|> <|mask|> and reserved ones "
+                          "after the learned\n"
                           "vocabulary) and writes tokenizer.json and tokenizer_config.json.")
                    .c_str(),
                stdout);
@@ -116,12 +121,15 @@ int tokenizer_train(int argc, char** argv) {
   const BpeModel model = train_bpe_tokenizer(inputs, opt, out);
   const double total = now_seconds() - t0;
   const BpeTrainStats& st = model.stats;
-  std::fprintf(stderr,
-               "wrote %s: %d tokens (%zu learned, %zu added), %zu merges; %.1f MB in %lld documents, %lld distinct "
-               "pieces; counting %.1f s, merging %.1f s, total %.1f s\n",
-               out.c_str(), model.vocab_size(), model.tokens.size(), model.added_tokens.size(), model.merges.size(),
-               static_cast<double>(st.input_bytes) / 1e6, static_cast<long long>(st.documents),
-               static_cast<long long>(st.unique_words), st.count_seconds, st.merge_seconds, total);
+  if (!args.on("quiet"))
+    std::fprintf(stderr,
+                 "wrote %s: %d tokens (%zu learned, %zu added), %zu merges; %.1f MB in %lld "
+                 "documents, %lld distinct "
+                 "pieces; counting %.1f s, merging %.1f s, total %.1f s\n",
+                 out.c_str(), model.vocab_size(), model.tokens.size(), model.added_tokens.size(),
+                 model.merges.size(), static_cast<double>(st.input_bytes) / 1e6,
+                 static_cast<long long>(st.documents), static_cast<long long>(st.unique_words),
+                 st.count_seconds, st.merge_seconds, total);
   return 0;
 }
 
@@ -149,7 +157,8 @@ SourceStats measure(const Tokenizer& tok, const BpeTrainInput& in, int64_t max_b
   for (size_t b = 0; b < data.size();) {
     size_t e = data.find('\n', b);
     if (e == std::string_view::npos) e = data.size();
-    if (data.substr(b, e - b).find_first_not_of(" \t\r") != std::string_view::npos) lines.push_back(data.substr(b, e - b));
+    if (data.substr(b, e - b).find_first_not_of(" \t\r") != std::string_view::npos)
+      lines.push_back(data.substr(b, e - b));
     b = e + 1;
   }
   const int tasks = std::max(1, num_threads());
@@ -166,7 +175,8 @@ SourceStats measure(const Tokenizer& tok, const BpeTrainInput& in, int64_t max_b
         p.tokens += static_cast<int64_t>(tok.encode(text).size());
         ++p.documents;
       } catch (const std::exception& e) {
-        errors[static_cast<size_t>(t)] = in.value + ": line " + std::to_string(i + 1) + ": " + e.what();
+        errors[static_cast<size_t>(t)] =
+            in.value + ": line " + std::to_string(i + 1) + ": " + e.what();
         next = lines.size();
       }
     }
@@ -186,14 +196,16 @@ int tokenizer_stats(int argc, char** argv) {
   args.flag("tokenizer", "tokenizer.json to measure")
       .flag("corpus", "corpus directory: reads every DIR/<domain>/<split>.jsonl")
       .flag("split", "with --corpus: which split", true, "validation")
-      .flag("input", "text files (or .jsonl files with a \"text\" field); several may follow one --input")
+      .flag("input",
+            "text files (or .jsonl files with a \"text\" field); several may follow one --input")
       .flag("max-mb", "read at most this many MB of each input")
       .flag("threads", "encoding threads (0: DSPARK_THREADS or all cores)", true, "0")
       .flag("json", "print one JSON object instead of a table", false);
   parse_expanded(args, argc, argv);
   if (args.help_requested()) {
     std::fputs(args.usage("tokenizer stats",
-                          "Encodes a corpus split (or files) and prints bytes, tokens and bytes per token for each\n"
+                          "Encodes a corpus split (or files) and prints bytes, tokens and bytes "
+                          "per token for each\n"
                           "domain (or file) and in all.")
                    .c_str(),
                stdout);
@@ -217,22 +229,30 @@ int tokenizer_stats(int argc, char** argv) {
   }
   rows.push_back(all);
   const double secs = now_seconds() - t0;
-  auto ratio = [](const SourceStats& s) { return s.tokens ? static_cast<double>(s.bytes) / static_cast<double>(s.tokens) : 0.0; };
+  auto ratio = [](const SourceStats& s) {
+    return s.tokens ? static_cast<double>(s.bytes) / static_cast<double>(s.tokens) : 0.0;
+  };
   if (args.on("json")) {
     nlohmann::ordered_json out;
     out["tokenizer"] = args.str("tokenizer");
     out["vocab_size"] = tok->vocab_size();
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const SourceStats& s : rows)
-      list.push_back({{"name", s.name}, {"documents", s.documents}, {"bytes", s.bytes}, {"tokens", s.tokens}, {"bytes_per_token", ratio(s)}});
+      list.push_back({{"name", s.name},
+                      {"documents", s.documents},
+                      {"bytes", s.bytes},
+                      {"tokens", s.tokens},
+                      {"bytes_per_token", ratio(s)}});
     out["sources"] = list;
     out["seconds"] = secs;
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("%-24s %10s %14s %12s %8s\n", "source", "documents", "bytes", "tokens", "bytes/tok");
+    std::printf("%-24s %10s %14s %12s %8s\n", "source", "documents", "bytes", "tokens",
+                "bytes/tok");
     for (const SourceStats& s : rows)
-      std::printf("%-24s %10lld %14lld %12lld %8.3f\n", s.name.c_str(), static_cast<long long>(s.documents),
-                  static_cast<long long>(s.bytes), static_cast<long long>(s.tokens), ratio(s));
+      std::printf("%-24s %10lld %14lld %12lld %8.3f\n", s.name.c_str(),
+                  static_cast<long long>(s.documents), static_cast<long long>(s.bytes),
+                  static_cast<long long>(s.tokens), ratio(s));
   }
   std::fflush(stdout);
   return 0;
@@ -242,7 +262,8 @@ int tokenizer_stats(int argc, char** argv) {
 
 int cmd_tokenizer(int argc, char** argv) {
   const char* usage =
-      "usage: dspark tokenizer <train|stats> [flags]   (dspark tokenizer <sub> --help for its flags)\n\n"
+      "usage: dspark tokenizer <train|stats> [flags]   (dspark tokenizer <sub> --help for its "
+      "flags)\n\n"
       "  train   learn a byte-level BPE tokenizer.json from a corpus or text files\n"
       "  stats   bytes per token of a tokenizer.json on a corpus split or files\n";
   if (argc < 1 || !std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h")) {

@@ -52,7 +52,9 @@ struct ByteAlphabet {
   uint8_t id_to_byte[256];
   int32_t byte_to_id[256];
   ByteAlphabet() {
-    auto printable = [](uint32_t b) { return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF); };
+    auto printable = [](uint32_t b) {
+      return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    };
     uint32_t n = 0, id = 0;
     for (uint32_t b = 0; b < 256; ++b) byte_to_cp[b] = printable(b) ? b : 256 + n++;
     for (uint32_t b = 0; b < 256; ++b)
@@ -81,7 +83,8 @@ struct TaskCounts {
 
 class PreTokenizer {
  public:
-  explicit PreTokenizer(std::vector<std::string> added) : regex_(kQwen2SplitPattern), added_(std::move(added)) {}
+  explicit PreTokenizer(std::vector<std::string> added)
+      : regex_(kQwen2SplitPattern), added_(std::move(added)) {}
 
   // Counts the pieces of one text (a document, or a chunk cut at a safe place).
   void count(std::string_view text, TaskCounts& out) const {
@@ -173,7 +176,10 @@ struct Source {
 class Counter {
  public:
   Counter(const BpeTrainOptions& o, const std::vector<std::string>& added)
-      : opt_(o), pre_(added), tasks_(o.threads > 0 ? o.threads : std::max(1, num_threads())), counts_(static_cast<size_t>(tasks_)) {}
+      : opt_(o),
+        pre_(added),
+        tasks_(o.threads > 0 ? o.threads : std::max(1, num_threads())),
+        counts_(static_cast<size_t>(tasks_)) {}
 
   void run(std::vector<Source>& sources) {
     const double t0 = now_seconds();
@@ -195,9 +201,12 @@ class Counter {
       size_t pos = 0;
       if (s.input->kind == BpeTrainInput::Kind::TextFile && !data.empty()) counts_[0].documents++;
       while (pos < data.size()) {
-        const size_t end = std::min(data.size(), next_cut(data, std::min(data.size(), pos + kBlock), jsonl));
+        const size_t end =
+            std::min(data.size(), next_cut(data, std::min(data.size(), pos + kBlock), jsonl));
         const std::string_view block = data.substr(pos, end - pos);
-        const size_t piece = std::max<size_t>(size_t{1} << 16, block.size() / (static_cast<size_t>(tasks_) * 8) + 1);
+        const size_t piece =
+            std::max<size_t>(static_cast<size_t>(std::max<int64_t>(1, opt_.chunk_bytes)),
+                             block.size() / (static_cast<size_t>(tasks_) * 8) + 1);
         std::vector<std::string_view> chunks;
         for (size_t b = 0; b < block.size();) {
           const size_t e = next_cut(block, std::min(block.size(), b + piece), jsonl);
@@ -209,8 +218,8 @@ class Counter {
         pos = end;
         const double now = now_seconds();
         if (opt_.progress && (now - last_report > 2.0 || done == total)) {
-          std::fprintf(stderr, "counting: %.1f / %.1f MB, %.1f s\n", static_cast<double>(done) / 1e6,
-                       static_cast<double>(total) / 1e6, now - t0);
+          std::fprintf(stderr, "counting: %.1f / %.1f MB, %.1f s\n",
+                       static_cast<double>(done) / 1e6, static_cast<double>(total) / 1e6, now - t0);
           last_report = now;
         }
       }
@@ -231,7 +240,8 @@ class Counter {
       st.pretokens += c.pretokens;
       st.special_tokens_seen += c.specials;
     }
-    std::vector<std::pair<std::string, int64_t>> out(std::make_move_iterator(all.begin()), std::make_move_iterator(all.end()));
+    std::vector<std::pair<std::string, int64_t>> out(std::make_move_iterator(all.begin()),
+                                                     std::make_move_iterator(all.end()));
     all = WordMap();
     std::sort(out.begin(), out.end());
     st.unique_words = static_cast<int64_t>(out.size());
@@ -240,7 +250,8 @@ class Counter {
 
  private:
   // Counts chunks in parallel; `base` is the offset of chunk 0's block in the source (errors).
-  void count_chunks(const BpeTrainInput& in, const std::vector<std::string_view>& chunks, bool jsonl, size_t base) {
+  void count_chunks(const BpeTrainInput& in, const std::vector<std::string_view>& chunks,
+                    bool jsonl, size_t base) {
     std::atomic<size_t> next{0};
     std::mutex err_mu;
     std::exception_ptr err;
@@ -271,7 +282,8 @@ class Counter {
             }
             auto it = j.is_object() ? j.find(in.field) : j.end();
             if (!j.is_object() || it == j.end() || !it->is_string())
-              fail(in.value, ": byte ", offset, ": expected an object with a string field \"", in.field, "\"");
+              fail(in.value, ": byte ", offset, ": expected an object with a string field \"",
+                   in.field, "\"");
             const std::string& text = it->get_ref<const std::string&>();
             c.bytes += static_cast<int64_t>(text.size());
             ++c.documents;
@@ -299,7 +311,9 @@ void assign_budgets(std::vector<Source>& sources, int64_t max_bytes) {
   if (max_bytes <= 0) return;
   std::vector<size_t> order(sources.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return sources[a].data.size() < sources[b].data.size(); });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return sources[a].data.size() < sources[b].data.size();
+  });
   size_t left = static_cast<size_t>(max_bytes);
   for (size_t k = 0; k < order.size(); ++k) {
     Source& s = sources[order[k]];
@@ -370,7 +384,8 @@ void learn_merges(const std::vector<std::pair<std::string, int64_t>>& word_count
   };
   std::priority_queue<HeapEntry, std::vector<HeapEntry>, decltype(lower)> heap(lower);
   for (const auto& [k, c] : pair_count)
-    if (c >= min_freq) heap.push({c, static_cast<int32_t>(k >> 32), static_cast<int32_t>(k & 0xFFFFFFFFu)});
+    if (c >= min_freq)
+      heap.push({c, static_cast<int32_t>(k >> 32), static_cast<int32_t>(k & 0xFFFFFFFFu)});
 
   std::vector<uint32_t> seen(words.size(), UINT32_MAX);
   std::vector<uint64_t> touched;
@@ -451,11 +466,13 @@ void learn_merges(const std::vector<std::pair<std::string, int64_t>>& word_count
     for (uint64_t k : touched) {
       auto it = pair_count.find(k);
       if (it != pair_count.end() && it->second >= min_freq)
-        heap.push({it->second, static_cast<int32_t>(k >> 32), static_cast<int32_t>(k & 0xFFFFFFFFu)});
+        heap.push(
+            {it->second, static_cast<int32_t>(k >> 32), static_cast<int32_t>(k & 0xFFFFFFFFu)});
     }
     const double now = now_seconds();
     if (opt.progress && (now - last_report > 2.0 || tokens.size() == target)) {
-      std::fprintf(stderr, "merges: %zu / %zu, %.1f s\n", model.merges.size(), total_merges, now - t0);
+      std::fprintf(stderr, "merges: %zu / %zu, %.1f s\n", model.merges.size(), total_merges,
+                   now - t0);
       last_report = now;
     }
   }
@@ -463,7 +480,9 @@ void learn_merges(const std::vector<std::pair<std::string, int64_t>>& word_count
   model.stats.merge_seconds = now_seconds() - t0;
 }
 
-std::string json_str(std::string_view s) { return json(std::string(s)).dump(); }
+std::string json_str(std::string_view s) {
+  return json(std::string(s)).dump();
+}
 
 }  // namespace
 
@@ -499,8 +518,8 @@ BpeModel train_bpe(const std::vector<BpeTrainInput>& inputs, const BpeTrainOptio
   const int n_added = 4 + std::max(0, opt.reserved_tokens);
   if (opt.reserved_tokens < 0) fail("reserved_tokens must be >= 0 (got ", opt.reserved_tokens, ")");
   if (opt.vocab_size < 256 + n_added)
-    fail("vocab_size ", opt.vocab_size, " is too small: the 256 byte tokens and ", n_added, " added tokens need ",
-         256 + n_added);
+    fail("vocab_size ", opt.vocab_size, " is too small: the 256 byte tokens and ", n_added,
+         " added tokens need ", 256 + n_added);
   BpeModel model;
   model.added_tokens = bpe_added_tokens(opt.reserved_tokens);
 
@@ -524,10 +543,12 @@ BpeModel train_bpe(const std::vector<BpeTrainInput>& inputs, const BpeTrainOptio
   const std::vector<std::pair<std::string, int64_t>> words = counter.words(model.stats);
   model.stats.count_seconds = now_seconds() - t0;
   if (opt.progress)
-    std::fprintf(stderr, "counted %.1f MB of text in %lld documents: %lld pieces, %lld distinct, %.1f s\n",
-                 static_cast<double>(model.stats.input_bytes) / 1e6, static_cast<long long>(model.stats.documents),
-                 static_cast<long long>(model.stats.pretokens), static_cast<long long>(model.stats.unique_words),
-                 model.stats.count_seconds);
+    std::fprintf(stderr,
+                 "counted %.1f MB of text in %lld documents: %lld pieces, %lld distinct, %.1f s\n",
+                 static_cast<double>(model.stats.input_bytes) / 1e6,
+                 static_cast<long long>(model.stats.documents),
+                 static_cast<long long>(model.stats.pretokens),
+                 static_cast<long long>(model.stats.unique_words), model.stats.count_seconds);
 
   const size_t target = static_cast<size_t>(opt.vocab_size - n_added);
   learn_merges(words, target, opt, model);
@@ -535,30 +556,44 @@ BpeModel train_bpe(const std::vector<BpeTrainInput>& inputs, const BpeTrainOptio
   for (int r = opt.reserved_tokens; model.vocab_size() < opt.vocab_size; ++r)
     model.added_tokens.push_back("<|reserved_" + std::to_string(r) + "|>");
   if (opt.progress)
-    std::fprintf(stderr, "learned %zu merges (%zu tokens + %zu added = %d) in %.1f s\n", model.merges.size(),
-                 model.tokens.size(), model.added_tokens.size(), model.vocab_size(), model.stats.merge_seconds);
+    std::fprintf(stderr, "learned %zu merges (%zu tokens + %zu added = %d) in %.1f s\n",
+                 model.merges.size(), model.tokens.size(), model.added_tokens.size(),
+                 model.vocab_size(), model.stats.merge_seconds);
   return model;
 }
 
 std::string bpe_tokenizer_json(const BpeModel& model) {
-  const ordered_json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-  const ordered_json split = {
-      {"type", "Split"}, {"pattern", {{"Regex", kQwen2SplitPattern}}}, {"behavior", "Isolated"}, {"invert", false}};
-  const ordered_json pre = {{"type", "Sequence"}, {"pretokenizers", ordered_json::array({split, byte_level})}};
+  const ordered_json byte_level = {{"type", "ByteLevel"},
+                                   {"add_prefix_space", false},
+                                   {"trim_offsets", false},
+                                   {"use_regex", false}};
+  const ordered_json split = {{"type", "Split"},
+                              {"pattern", {{"Regex", kQwen2SplitPattern}}},
+                              {"behavior", "Isolated"},
+                              {"invert", false}};
+  const ordered_json pre = {{"type", "Sequence"},
+                            {"pretokenizers", ordered_json::array({split, byte_level})}};
   std::string o;
   o.reserve(model.tokens.size() * 40 + 4096);
-  o += "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  \"added_tokens\": [";
+  o += "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n  "
+       "\"added_tokens\": [";
   for (size_t i = 0; i < model.added_tokens.size(); ++i) {
-    const ordered_json t = {{"id", model.tokens.size() + i}, {"content", model.added_tokens[i]}, {"single_word", false},
-                            {"lstrip", false},  {"rstrip", false},   {"normalized", false},
+    const ordered_json t = {{"id", model.tokens.size() + i},
+                            {"content", model.added_tokens[i]},
+                            {"single_word", false},
+                            {"lstrip", false},
+                            {"rstrip", false},
+                            {"normalized", false},
                             {"special", true}};
     o += (i ? ",\n    " : "\n    ") + t.dump();
   }
   o += "\n  ],\n  \"normalizer\": null,\n  \"pre_tokenizer\": " + pre.dump();
   o += ",\n  \"post_processor\": " + byte_level.dump();
   o += ",\n  \"decoder\": " + byte_level.dump();
-  o += ",\n  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": null,\n"
-       "    \"continuing_subword_prefix\": \"\",\n    \"end_of_word_suffix\": \"\",\n    \"fuse_unk\": false,\n"
+  o += ",\n  \"model\": {\n    \"type\": \"BPE\",\n    \"dropout\": null,\n    \"unk_token\": "
+       "null,\n"
+       "    \"continuing_subword_prefix\": \"\",\n    \"end_of_word_suffix\": \"\",\n    "
+       "\"fuse_unk\": false,\n"
        "    \"byte_fallback\": false,\n    \"ignore_merges\": false,\n    \"vocab\": {";
   std::vector<std::string> spelled(model.tokens.size());
   for (size_t i = 0; i < model.tokens.size(); ++i) {
@@ -568,7 +603,8 @@ std::string bpe_tokenizer_json(const BpeModel& model) {
   o += "\n    },\n    \"merges\": [";
   for (size_t i = 0; i < model.merges.size(); ++i) {
     const auto [l, r] = model.merges[i];
-    o += (i ? ",\n      [" : "\n      [") + spelled[static_cast<size_t>(l)] + ", " + spelled[static_cast<size_t>(r)] + "]";
+    o += (i ? ",\n      [" : "\n      [") + spelled[static_cast<size_t>(l)] + ", " +
+         spelled[static_cast<size_t>(r)] + "]";
   }
   o += "\n    ]\n  }\n}\n";
   return o;
@@ -586,8 +622,12 @@ std::string bpe_tokenizer_config_json(const BpeModel& model, int64_t model_max_l
       "{%- endif %}\n";
   ordered_json decoder = ordered_json::object();
   for (size_t i = 0; i < model.added_tokens.size(); ++i)
-    decoder[std::to_string(model.tokens.size() + i)] = {{"content", model.added_tokens[i]}, {"lstrip", false}, {"normalized", false},
-                                                        {"rstrip", false},  {"single_word", false},         {"special", true}};
+    decoder[std::to_string(model.tokens.size() + i)] = {{"content", model.added_tokens[i]},
+                                                        {"lstrip", false},
+                                                        {"normalized", false},
+                                                        {"rstrip", false},
+                                                        {"single_word", false},
+                                                        {"special", true}};
   ordered_json c;
   c["add_bos_token"] = false;
   c["add_prefix_space"] = false;
@@ -607,7 +647,8 @@ std::string bpe_tokenizer_config_json(const BpeModel& model, int64_t model_max_l
   return c.dump(2) + "\n";
 }
 
-void write_bpe_tokenizer(const BpeModel& model, const std::string& out_path, int64_t model_max_length) {
+void write_bpe_tokenizer(const BpeModel& model, const std::string& out_path,
+                         int64_t model_max_length) {
   const fs::path out(out_path);
   const fs::path dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
   std::error_code ec;
@@ -619,8 +660,8 @@ void write_bpe_tokenizer(const BpeModel& model, const std::string& out_path, int
   write_file_atomic((dir / "tokenizer_config.json").string(), cj.data(), cj.size());
 }
 
-BpeModel train_bpe_tokenizer(const std::vector<BpeTrainInput>& inputs, const BpeTrainOptions& options,
-                             const std::string& out_path) {
+BpeModel train_bpe_tokenizer(const std::vector<BpeTrainInput>& inputs,
+                             const BpeTrainOptions& options, const std::string& out_path) {
   BpeModel model = train_bpe(inputs, options);
   write_bpe_tokenizer(model, out_path, options.model_max_length);
   return model;

@@ -23,36 +23,43 @@ namespace dspark {
 extern const char* const kQwen2SplitPattern;
 
 struct BpeTrainOptions {
-  int vocab_size = 8192;        // total vocabulary, added tokens included
-  int64_t min_frequency = 2;    // a pair seen fewer times than this is never merged
-  int reserved_tokens = 12;     // <|reserved_0|>... after <|endoftext|> <|im_start|> <|im_end|> <|mask|>
-  int threads = 0;              // counting tasks; 0: dspark::num_threads()
-  int64_t max_bytes = 0;        // read at most this many input bytes in all (0: everything)
+  int vocab_size = 8192;      // total vocabulary, added tokens included
+  int64_t min_frequency = 2;  // a pair seen fewer times than this is never merged
+  int reserved_tokens =
+      12;                 // <|reserved_0|>... after <|endoftext|> <|im_start|> <|im_end|> <|mask|>
+  int threads = 0;        // counting tasks; 0: dspark::num_threads()
+  int64_t max_bytes = 0;  // read at most this many input bytes in all (0: everything)
   int64_t model_max_length = 32768;  // written to tokenizer_config.json
-  bool progress = false;        // progress lines on stderr
+  bool progress = false;             // progress lines on stderr
+  int64_t chunk_bytes = 1 << 16;     // smallest piece of a file counted by one task (tests: tiny)
 };
 
 // One training input.
 struct BpeTrainInput {
   enum class Kind { Text, TextFile, JsonlFile };
   Kind kind = Kind::Text;
-  std::string value;  // the text itself (Text) or a path
+  std::string value;           // the text itself (Text) or a path
   std::string field = "text";  // JsonlFile: the string field of each line's object
 
   static BpeTrainInput text(std::string s) { return {Kind::Text, std::move(s), "text"}; }
-  static BpeTrainInput text_file(std::string path) { return {Kind::TextFile, std::move(path), "text"}; }
-  static BpeTrainInput jsonl_file(std::string path) { return {Kind::JsonlFile, std::move(path), "text"}; }
+  static BpeTrainInput text_file(std::string path) {
+    return {Kind::TextFile, std::move(path), "text"};
+  }
+  static BpeTrainInput jsonl_file(std::string path) {
+    return {Kind::JsonlFile, std::move(path), "text"};
+  }
 };
 
 // DIR/<domain>/<split>.jsonl for every domain directory that has one, sorted by domain name.
 // Throws Error when there is none.
-std::vector<std::string> corpus_split_files(const std::string& dir, const std::string& split = "train");
+std::vector<std::string> corpus_split_files(const std::string& dir,
+                                            const std::string& split = "train");
 
 struct BpeTrainStats {
-  int64_t input_bytes = 0;    // bytes read (for JSONL: of the text fields)
-  int64_t documents = 0;      // texts, files' chunks or JSONL lines
-  int64_t pretokens = 0;      // regex pieces counted
-  int64_t unique_words = 0;   // distinct pieces
+  int64_t input_bytes = 0;          // bytes read (for JSONL: of the text fields)
+  int64_t documents = 0;            // texts, files' chunks or JSONL lines
+  int64_t pretokens = 0;            // regex pieces counted
+  int64_t unique_words = 0;         // distinct pieces
   int64_t special_tokens_seen = 0;  // added tokens found in the text (not learned from)
   int64_t merges = 0;
   double count_seconds = 0, merge_seconds = 0;
@@ -90,10 +97,11 @@ std::string bpe_tokenizer_config_json(const BpeModel& model, int64_t model_max_l
 
 // Writes tokenizer.json to out_path and tokenizer_config.json in the same directory (created
 // if missing).
-void write_bpe_tokenizer(const BpeModel& model, const std::string& out_path, int64_t model_max_length);
+void write_bpe_tokenizer(const BpeModel& model, const std::string& out_path,
+                         int64_t model_max_length);
 
 // train_bpe + write_bpe_tokenizer.
-BpeModel train_bpe_tokenizer(const std::vector<BpeTrainInput>& inputs, const BpeTrainOptions& options,
-                             const std::string& out_path);
+BpeModel train_bpe_tokenizer(const std::vector<BpeTrainInput>& inputs,
+                             const BpeTrainOptions& options, const std::string& out_path);
 
 }  // namespace dspark

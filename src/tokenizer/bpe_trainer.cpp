@@ -542,6 +542,7 @@ BpeModel train_bpe(const std::vector<BpeTrainInput>& inputs, const BpeTrainOptio
   counter.run(sources);
   const std::vector<std::pair<std::string, int64_t>> words = counter.words(model.stats);
   model.stats.count_seconds = now_seconds() - t0;
+  if (model.stats.input_bytes == 0) fail("the training inputs hold no text");
   if (opt.progress)
     std::fprintf(stderr,
                  "counted %.1f MB of text in %lld documents: %lld pieces, %lld distinct, %.1f s\n",

@@ -83,7 +83,8 @@ std::vector<std::string> bpe_added_tokens(int reserved);
 
 // Counts the inputs and learns merges until tokens + added tokens == vocab_size. If the text
 // runs out of pairs (or of pairs seen min_frequency times) first, more reserved tokens are
-// added so that the vocabulary is still exactly vocab_size. Throws Error on unreadable input.
+// added so that the vocabulary is still exactly vocab_size. Throws Error on unreadable input
+// or when the inputs hold no text at all.
 BpeModel train_bpe(const std::vector<BpeTrainInput>& inputs, const BpeTrainOptions& options);
 
 // The byte-level alphabet spelling of raw bytes (GPT-2 bytes_to_unicode).

@@ -684,6 +684,8 @@ TEST(BpeTrainer, Errors) {
     EXPECT_NE(std::string(e.what()).find("bad.jsonl"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("\"text\""), std::string::npos) << e.what();
   }
+  EXPECT_THROW(train_bpe({BpeTrainInput::text_file(dir.write("empty.txt", ""))}, o), Error);
+  EXPECT_THROW(train_bpe({}, o), Error);
   const std::string broken = dir.write("broken.jsonl", "{\"text\": \"ok\"\n");
   EXPECT_THROW(train_bpe({BpeTrainInput::jsonl_file(broken)}, o), Error);
   EXPECT_THROW(corpus_split_files(dir.path("nope")), Error);

@@ -1,0 +1,29 @@
+// Decompression and checksums for the corpus sources: gzip / dictzip (zlib), Unix compress (LZW)
+// windows of the KJV data file, and zlib's CRC32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace dspark::data {
+
+// Inflates a whole gzip file (every member; dictzip files are gzip files with an extra field).
+// Errors name the path.
+std::string read_gzip_file(const std::string& path);
+// Inflates gzip data held in memory; `what` names it in errors.
+std::string gunzip(std::string_view data, const std::string& what);
+// Writes `text` as a gzip file (used by tests to build synthetic sources).
+void write_gzip_file(const std::string& path, std::string_view text);
+
+// One block of Unix `compress` (LZW, up to 16-bit codes, block mode, no 3-byte header), the way
+// the Bible Retrieval System stores each window. Errors name `what`.
+std::string lzw_decompress(std::string_view data, const std::string& what, int max_bits = 16);
+
+uint32_t crc32_of(const void* data, size_t n, uint32_t crc = 0);
+uint32_t crc32_of_file(const std::string& path);  // throws Error naming the path
+std::string crc32_hex(uint32_t crc);              // 8 lower-case hex digits
+bool parse_crc32_hex(const std::string& s, uint32_t* out);
+
+}  // namespace dspark::data

@@ -1,0 +1,975 @@
+#include "data/corpus.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+#include <unordered_set>
+
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "core/timer.h"
+#include "data/bible.h"
+#include "data/compress.h"
+#include "data/dictd.h"
+#include "data/freedict.h"
+#include "data/gcide.h"
+#include "data/info_manual.h"
+#include "data/math_gen.h"
+#include "data/python_code.h"
+#include "data/system.h"
+#include "data/text_util.h"
+
+#ifndef DSPARK_SOURCE_DIR
+#define DSPARK_SOURCE_DIR "."
+#endif
+
+namespace dspark::data {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+const std::vector<std::string>& corpus_domains() {
+  static const std::vector<std::string> d = {"code", "math", "prose", "translation", "instructions"};
+  return d;
+}
+
+const std::vector<std::string>& corpus_splits() {
+  static const std::vector<std::string> s = {"train", "validation", "test"};
+  return s;
+}
+
+int split_of(uint64_t h, int holdout_percent) {
+  const uint64_t r = mix64(h ^ 0x73706c6974ULL) % 100;
+  const uint64_t p = uint64_t(std::clamp(holdout_percent, 0, 50));
+  return r < p ? 1 : r < 2 * p ? 2 : 0;
+}
+
+int domain_holdout_percent(const std::string& domain) { return domain == "code" ? 5 : 1; }
+
+std::string chatml(const std::string& user, const std::string& assistant) {
+  return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n" + assistant + "<|im_end|>\n";
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Documents and sources
+
+struct Eval {
+  std::string prompt, reference;
+};
+
+struct Doc {
+  std::string text;
+  uint64_t hash = 0;   // normalized hash (deduplication)
+  int split = 0;       // instruction turns inherit their parent's split
+  std::vector<Eval> evals;
+};
+
+Doc make_doc(std::string text, const std::string& domain) {
+  Doc d;
+  d.text = std::move(text);
+  d.hash = normalized_hash(d.text);
+  d.split = split_of(d.hash, domain_holdout_percent(domain));
+  return d;
+}
+
+// The instruction kinds, in the order their turns are balanced.
+const std::vector<std::string>& instruction_kinds() {
+  static const std::vector<std::string> k = {"math", "define", "translate_to_english", "translate_from_english",
+                                             "code_write", "code_complete"};
+  return k;
+}
+enum Kind { kMath, kDefine, kToEnglish, kFromEnglish, kCodeWrite, kCodeComplete };
+
+struct Seed {
+  int kind;
+  int split;  // the split of the document the turn was made from
+  std::string user, assistant;
+};
+
+struct Source {
+  std::string id;
+  std::string domain;
+  std::vector<std::string> packages;
+  std::string path;     // what is read (for the manifest)
+  std::string licence;  // empty: from the first package's copyright file
+  std::vector<std::string> licence_prefer;
+  bool documentation = false;
+  bool optional = false;
+  // Filled in.
+  std::vector<std::string> versions;
+  bool skipped = false;
+  std::string skip_reason;
+  std::vector<std::string> files;  // info / python files when read from package lists
+  std::vector<Doc> docs;
+  std::vector<Seed> seeds;
+  int64_t available_bytes = 0;
+  int64_t available_docs = -1;  // -1: docs.size()
+};
+
+const std::vector<std::string> kRequiredInfoPackages = {"coreutils", "diffutils", "findutils", "grep", "sed"};
+const std::vector<std::string> kOptionalInfoPackages = {"gzip", "bc", "ed", "time", "wget", "gettext",
+                                                        "gnupg", "readline-common", "bzip2-doc"};
+const std::vector<std::string> kFreedictPairs = {"deu-eng", "fra-eng", "spa-eng", "ita-eng", "nld-eng", "por-eng",
+                                                 "eng-deu", "eng-fra", "eng-spa", "eng-ita", "eng-nld", "eng-por"};
+
+std::vector<Source> plan_sources(const CorpusOptions& opt) {
+  std::vector<Source> s;
+  {
+    Source c;
+    c.id = "python-stdlib";
+    c.domain = "code";
+    if (opt.use_packages) c.packages = {"libpython3.11-stdlib", "libpython3.11-minimal"};
+    c.path = opt.python_dir + "/**/*.py";
+    c.licence = "PSF-2.0";
+    s.push_back(c);
+  }
+  {
+    Source g;
+    g.id = "gcide";
+    g.domain = "prose";
+    if (opt.use_packages) g.packages = {"dict-gcide"};
+    g.path = opt.dictd_dir + "/gcide.dict.dz";
+    s.push_back(g);
+  }
+  {
+    Source b;
+    b.id = "kjv";
+    b.domain = "prose";
+    if (opt.use_packages) b.packages = {"bible-kjv-text"};
+    b.path = opt.bible_path;
+    b.licence = "public domain (King James Version, 1611)";
+    s.push_back(b);
+  }
+  if (opt.use_packages) {
+    for (const auto* list : {&kRequiredInfoPackages, &kOptionalInfoPackages})
+      for (const auto& p : *list) {
+        Source i;
+        i.id = "info:" + p;
+        i.domain = "prose";
+        i.packages = {p};
+        i.path = opt.info_dir + "/*.info*.gz";
+        i.documentation = true;
+        i.licence_prefer = {"doc/", ".texi", ".info"};
+        i.optional = list == &kOptionalInfoPackages;
+        s.push_back(i);
+      }
+  } else {
+    // One source per manual found in the directory.
+    std::set<std::string> manuals;
+    std::error_code ec;
+    if (fs::is_directory(opt.info_dir, ec))
+      for (const auto& e : fs::directory_iterator(opt.info_dir, ec)) {
+        const std::string name = e.path().filename().string();
+        if (name.find(".info") != std::string::npos && ends_with(name, ".gz")) manuals.insert(info_manual_name(name));
+      }
+    for (const auto& m : manuals) {
+      Source i;
+      i.id = "info:" + m;
+      i.domain = "prose";
+      i.path = opt.info_dir + "/" + m + ".info*.gz";
+      i.documentation = true;
+      s.push_back(i);
+    }
+  }
+  for (const auto& pair : kFreedictPairs) {
+    Source f;
+    f.id = "freedict:" + pair;
+    f.domain = "translation";
+    if (opt.use_packages) f.packages = {"dict-freedict-" + pair};
+    f.path = opt.dictd_dir + "/freedict-" + pair + ".dict.dz";
+    f.licence_prefer = {pair + "/"};
+    f.optional = pair.find("por") != std::string::npos;
+    s.push_back(f);
+  }
+  return s;
+}
+
+std::string deps_script(const CorpusOptions& opt) {
+  if (!opt.deps_script.empty()) return opt.deps_script;
+  if (const char* e = std::getenv("DSPARK_CORPUS_DEPS"); e && *e) return e;
+  return std::string(DSPARK_SOURCE_DIR) + "/scripts/corpus-deps.sh";
+}
+
+// Checks (and installs) the packages of the sources in use; fills versions; skips optional
+// sources whose package cannot be installed.
+void resolve_packages(std::vector<Source*>& sources, const CorpusOptions& opt) {
+  const auto log = [&](const std::string& m) {
+    if (opt.log) opt.log(m);
+  };
+  std::vector<std::string> missing;
+  std::map<std::string, const Source*> needed_by;
+  for (Source* s : sources)
+    for (const auto& p : s->packages)
+      if (!query_package(p).installed && !needed_by.count(p)) {
+        needed_by[p] = s;
+        missing.push_back(p);
+      }
+  if (!missing.empty()) {
+    if (!opt.install) {
+      std::string list;
+      for (const auto& p : missing)
+        list += "\n  " + p + " (for the " + needed_by[p]->domain + " domain: " + needed_by[p]->path + ")";
+      fail("missing Debian package", missing.size() > 1 ? "s" : "", " (--no-install given):", list,
+           "\ninstall with: ", deps_script(opt), " ", [&] {
+             std::string s;
+             for (const auto& p : missing) s += (s.empty() ? "" : " ") + p;
+             return s;
+           }());
+    }
+    std::vector<std::string> to_install;
+    for (const auto& p : missing) {
+      if (needed_by[p]->optional && !package_installable(p)) {
+        log("corpus: optional package " + p + " has no install candidate; skipping " + needed_by[p]->id);
+        continue;
+      }
+      to_install.push_back(p);
+    }
+    if (!to_install.empty()) {
+      const std::string script = deps_script(opt);
+      if (!fs::exists(script)) fail(script, ": the corpus dependency script is missing (set DSPARK_CORPUS_DEPS)");
+      std::string list;
+      for (const auto& p : to_install) list += " " + p;
+      log("corpus: installing" + list + " via " + script);
+      std::vector<std::string> argv = {"bash", script};
+      argv.insert(argv.end(), to_install.begin(), to_install.end());
+      const auto r = run_command(argv, /*quiet=*/false);
+      if (r.status != 0) fail(script, " failed (exit ", r.status, ") installing", list);
+    }
+  }
+  for (Source* s : sources) {
+    s->versions.clear();
+    for (const auto& p : s->packages) {
+      const auto info = query_package(p);
+      if (!info.installed) {
+        if (s->optional) {
+          s->skipped = true;
+          s->skip_reason = "package " + p + " is not installed and has no install candidate";
+          break;
+        }
+        fail("package ", p, " is still not installed (needed for ", s->path, ")");
+      }
+      if (info.section.rfind("non-free", 0) == 0 || info.section.rfind("contrib", 0) == 0) {
+        s->skipped = true;
+        s->skip_reason = "package " + p + " is in " + info.section + ", not Debian main";
+        break;
+      }
+      s->versions.push_back(info.version);
+    }
+    if (!s->skipped && s->licence.empty() && !s->packages.empty())
+      s->licence = package_licence(s->packages[0], s->licence_prefer, s->documentation);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phrasing
+
+std::string dq(const std::string& s) { return "\"" + s + "\""; }
+
+std::string join(const std::vector<std::string>& v, const std::string& sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+// "Return the sum of x." -> "returns the sum of x" when the first word is a common imperative.
+std::string third_person_summary(const std::string& summary, bool* ok) {
+  static const std::set<std::string> kVerbs = {
+      "Return", "Compute", "Calculate", "Convert", "Create", "Build", "Make", "Get", "Find", "Check", "Test",
+      "Parse", "Read", "Write", "Remove", "Add", "Split", "Join", "Format", "Encode", "Decode", "Generate",
+      "Determine", "Extract", "Open", "Close", "Copy", "Load", "Save", "Print", "Set", "Update", "Strip",
+      "Replace", "Translate", "Normalize", "Escape", "Unescape", "Quote", "Unquote", "Validate", "Compare",
+      "Count", "Construct", "Register", "Search", "Match", "Wrap", "Walk", "Apply", "Raise", "Yield", "Take",
+      "Send", "Install", "Delete", "Insert", "Resolve", "Run", "Call", "Fetch", "Collect", "Produce", "Emit",
+      "Select", "Sort", "Filter", "Merge", "Expand", "Reset", "Initialize", "Guess", "Try", "Handle", "Lookup",
+      "Look", "Transform", "Indent", "Dedent", "Fill", "Shorten", "Truncate", "Pack", "Unpack", "Serialize",
+      "Deserialize", "Tokenize", "Evaluate", "Execute", "Install", "Retrieve", "Display", "Show", "List"};
+  *ok = false;
+  const size_t sp = summary.find(' ');
+  if (sp == std::string::npos) return summary;
+  const std::string first = summary.substr(0, sp);
+  if (!kVerbs.count(first)) return summary;
+  std::string verb = lower_ascii(first);
+  const char last = verb.back();
+  if (verb == "try") verb = "tries";
+  else if (last == 's' || last == 'x' || last == 'h' || last == 'z') verb += "es";
+  else if (last == 'y' && verb.size() > 1 && std::string("aeiou").find(verb[verb.size() - 2]) == std::string::npos)
+    verb = verb.substr(0, verb.size() - 1) + "ies";
+  else verb += "s";
+  std::string rest = summary.substr(sp);
+  while (!rest.empty() && (rest.back() == '.' || rest.back() == ' ')) rest.pop_back();
+  *ok = true;
+  return verb + rest;
+}
+
+std::string code_block(const std::string& code) {
+  std::string c = code;
+  if (!c.empty() && c.back() != '\n') c += '\n';
+  return "```python\n" + c + "```";
+}
+
+void code_seeds(const PyFunction& f, uint64_t parent, int split, std::vector<Seed>* out) {
+  Rng rng(mix64(parent ^ hash64(f.name)));
+  const std::string sig = f.name + "(" + f.params + ")";
+  {
+    bool ok = false;
+    const std::string third = third_person_summary(f.summary, &ok);
+    std::string user;
+    const int style = int(rng.below(ok ? 4 : 3));
+    std::string summary = f.summary;
+    switch (style) {
+      case 0:
+        user = "Implement the Python function `" + sig + "`. Its docstring starts: \"" + summary + "\"";
+        break;
+      case 1:
+        user = "Write a Python function named `" + f.name + "` taking (" + f.params + "). Purpose: " + summary;
+        break;
+      case 2:
+        user = "In Python, write `" + sig + "`.\n\nDescription: " + summary;
+        break;
+      default:
+        user = "Write a Python function `" + sig + "` that " + third + ".";
+    }
+    out->push_back({kCodeWrite, split, user, code_block(f.source)});
+  }
+  {
+    static const std::vector<std::string> kAsk = {
+        "Complete this Python function:", "Finish the implementation of this function:",
+        "Fill in the body of this Python function.", "Here is a function signature and docstring. Write the body.",
+        "Complete the code:"};
+    const std::string user = rng.pick(kAsk) + "\n\n" + code_block(f.header);
+    out->push_back({kCodeComplete, split, user, code_block(f.source)});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loaders
+
+std::vector<std::string> python_files(const Source& s, const CorpusOptions& opt) {
+  std::vector<std::string> files;
+  const std::string prefix = opt.python_dir + "/";
+  const auto wanted = [&](const std::string& p) {
+    return starts_with(p, prefix) && ends_with(p, ".py") && p.find("/dist-packages/") == std::string::npos &&
+           p.find("/site-packages/") == std::string::npos && p.find("/__pycache__/") == std::string::npos;
+  };
+  if (!s.packages.empty()) {
+    for (const auto& pkg : s.packages)
+      for (const auto& f : package_files(pkg))
+        if (wanted(f)) files.push_back(f);
+  } else {
+    std::error_code ec;
+    if (fs::is_directory(opt.python_dir, ec))
+      for (auto it = fs::recursive_directory_iterator(opt.python_dir, ec); it != fs::recursive_directory_iterator();
+           it.increment(ec)) {
+        if (ec) break;
+        if (it->is_regular_file(ec) && wanted(it->path().string())) files.push_back(it->path().string());
+      }
+  }
+  std::sort(files.begin(), files.end());
+  files.erase(std::unique(files.begin(), files.end()), files.end());
+  return files;
+}
+
+void load_python(Source& s, const CorpusOptions& opt) {
+  for (const auto& path : python_files(s, opt)) {
+    std::error_code ec;
+    if (!fs::is_regular_file(path, ec)) continue;
+    const std::string raw = read_text_file(path);
+    const std::string rel = path.substr(opt.python_dir.size());
+    if (skip_python_file(rel, raw)) continue;
+    Doc d = make_doc(sanitize_utf8(raw), "code");
+    for (const auto& f : extract_python_functions(d.text)) {
+      d.evals.push_back({f.header, f.body});
+      code_seeds(f, d.hash, d.split, &s.seeds);
+    }
+    s.files.push_back(path);
+    s.docs.push_back(std::move(d));
+  }
+}
+
+void load_gcide(Source& s, const CorpusOptions& opt) {
+  const std::string index = opt.dictd_dir + "/gcide.index", dict = opt.dictd_dir + "/gcide.dict.dz";
+  std::error_code ec;
+  if (!opt.use_packages && (!fs::exists(index, ec) || !fs::exists(dict, ec))) {
+    s.skipped = true;
+    s.skip_reason = "not present";
+    return;
+  }
+  static const std::vector<std::string> kAsk = {"Define \"{}\".", "What does \"{}\" mean?",
+                                                "Give the dictionary definition of \"{}\".",
+                                                "What is the meaning of the word \"{}\"?", "Define {}."};
+  for (const auto& e : read_dictd(index, dict)) {
+    GcideEntry g;
+    if (!clean_gcide_entry(e.headword, e.body, &g)) continue;
+    Doc d = make_doc(g.text, "prose");
+    d.evals.push_back({"Define " + g.headword, g.definition});
+    Rng rng(mix64(d.hash ^ 0x646566ULL));
+    s.seeds.push_back({kDefine, d.split, replace_all(rng.pick(kAsk), "{}", g.headword), g.headword + ", " + g.definition});
+    s.docs.push_back(std::move(d));
+  }
+}
+
+void load_bible(Source& s, const CorpusOptions& opt) {
+  std::error_code ec;
+  if (!opt.use_packages && !fs::exists(opt.bible_path, ec)) {
+    s.skipped = true;
+    s.skip_reason = "not present";
+    return;
+  }
+  for (auto& c : bible_chapters(read_brs_data_file(opt.bible_path))) s.docs.push_back(make_doc(std::move(c.text), "prose"));
+}
+
+void load_info(Source& s, const CorpusOptions& opt) {
+  // Files of each manual, main file first, then its parts in order.
+  std::map<std::string, std::vector<std::pair<int, std::string>>> manuals;
+  const auto add = [&](const std::string& path) {
+    const std::string name = path.substr(path.rfind('/') + 1);
+    if (name.find(".info") == std::string::npos || !ends_with(name, ".gz")) return;
+    int part = 0;
+    const std::string manual = info_manual_name(path, &part);
+    manuals[manual].emplace_back(part, path);
+  };
+  if (!s.packages.empty()) {
+    for (const auto& f : package_files(s.packages[0]))
+      if (starts_with(f, opt.info_dir + "/")) add(f);
+  } else {
+    const std::string manual = s.id.substr(5);
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(opt.info_dir, ec)) {
+      const std::string p = e.path().string();
+      if (info_manual_name(p) == manual) add(p);
+    }
+  }
+  for (auto& [manual, parts] : manuals) {
+    std::sort(parts.begin(), parts.end());
+    std::string text;
+    for (const auto& [part, path] : parts) {
+      text += read_gzip_file(path);
+      s.files.push_back(path);
+    }
+    std::string title;
+    const auto nodes = parse_info_manual(text, &title);
+    if (title.empty()) title = manual + " manual";
+    for (const auto& n : nodes) s.docs.push_back(make_doc(title + ": " + n.node + "\n\n" + n.text, "prose"));
+  }
+}
+
+// A "translate this" request; styles 0..3.
+std::string translate_request(int style, const std::string& word, const std::string& from, const std::string& to) {
+  switch (style) {
+    case 0: return "Translate " + dq(word) + " from " + from + " to " + to + ".";
+    case 1: return "What is " + dq(word) + " in " + to + "?";
+    case 2: return "How do you say the " + from + " " + (word.find(' ') == std::string::npos ? "word " : "phrase ") +
+                   dq(word) + " in " + to + "?";
+    default: return from + ": " + word + "\nTranslate into " + to + ".";
+  }
+}
+
+void load_freedict(Source& s, const CorpusOptions& opt) {
+  const std::string pair = s.id.substr(9);
+  const std::string from = language_name(pair.substr(0, 3)), to = language_name(pair.substr(4, 3));
+  const std::string index = opt.dictd_dir + "/freedict-" + pair + ".index";
+  const std::string dict = opt.dictd_dir + "/freedict-" + pair + ".dict.dz";
+  std::error_code ec;
+  if (!opt.use_packages && (!fs::exists(index, ec) || !fs::exists(dict, ec))) {
+    s.skipped = true;
+    s.skip_reason = "not present";
+    return;
+  }
+  if (from.empty() || to.empty()) fail(s.id, ": unknown language code in '", pair, "'");
+  const bool to_english = to == "English";
+  for (const auto& e : read_dictd(index, dict)) {
+    FreedictEntry f;
+    if (!parse_freedict_entry(e.body, &f)) continue;
+    const std::string answer = join(f.translations, "; ");
+    // The document's wording is chosen from the entry itself (not the seed), so a document's
+    // identity, and with it its split, is the same in every build.
+    const uint64_t h = hash64(pair + "\n" + f.headword + "\n" + answer);
+    Rng rng(h);
+    std::string text;
+    if (rng.below(3) == 0) {
+      text = from + ": " + f.headword + (f.pos.empty() ? "" : " (" + f.pos + ")") + "\n" + to + ": " + answer;
+    } else {
+      text = translate_request(int(rng.below(4)), f.headword, from, to) + "\n" + answer;
+    }
+    for (const auto& n : f.notes) text += "\nNote: " + n;
+    for (size_t k = 0; k < f.examples.size() && k < 4; ++k)
+      text += "\nExample: " + dq(f.examples[k].first) + " = " + dq(f.examples[k].second);
+    Doc d = make_doc(text, "translation");
+    d.evals.push_back({translate_request(0, f.headword, from, to), answer});
+    std::string reply;
+    switch (rng.below(3)) {
+      case 0: reply = answer; break;
+      case 1: reply = "In " + to + ": " + answer; break;
+      default: reply = dq(f.headword) + " translates as: " + answer;
+    }
+    if (!f.examples.empty())
+      reply += "\n\nFor example, " + dq(f.examples[0].first) + " is " + dq(f.examples[0].second) + ".";
+    s.seeds.push_back({to_english ? kToEnglish : kFromEnglish, d.split,
+                       translate_request(int(rng.below(4)), f.headword, from, to), reply});
+    s.docs.push_back(std::move(d));
+  }
+}
+
+void load_source(Source& s, const CorpusOptions& opt) {
+  if (s.id == "python-stdlib") load_python(s, opt);
+  else if (s.id == "gcide") load_gcide(s, opt);
+  else if (s.id == "kjv") load_bible(s, opt);
+  else if (starts_with(s.id, "info:")) load_info(s, opt);
+  else if (starts_with(s.id, "freedict:")) load_freedict(s, opt);
+  for (const auto& d : s.docs) s.available_bytes += int64_t(d.text.size());
+}
+
+// Generated math problems, up to `cap` bytes of distinct documents.
+void generate_math(Source& s, uint64_t seed, int64_t cap) {
+  std::unordered_set<uint64_t> seen;
+  int64_t bytes = 0;
+  static const std::vector<std::string> kLead = {"", "", "Solve this problem step by step.\n\n",
+                                                 "Please solve the following word problem.\n\n",
+                                                 "Work out the answer, showing each step.\n\n"};
+  for (uint64_t i = 0; bytes < cap && i < uint64_t(cap / 50 + 1000); ++i) {
+    const MathProblem p = generate_math_problem(mix64(seed) ^ (i * 0x9e3779b97f4a7c15ULL));
+    Doc d = make_doc(p.text(), "math");
+    if (!seen.insert(d.hash).second) continue;
+    d.evals.push_back({p.question, p.answer_text});
+    Rng rng(d.hash);
+    s.seeds.push_back({kMath, d.split, rng.pick(kLead) + p.question, p.solution});
+    bytes += int64_t(d.text.size());
+    s.docs.push_back(std::move(d));
+  }
+  s.available_bytes = bytes;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Selection
+
+struct Picked {
+  const Doc* doc;
+  int source;
+  uint64_t order;
+};
+
+uint64_t order_key(uint64_t seed, const std::string& domain, uint64_t h) {
+  return mix64(h ^ mix64(seed + 0x5851f42d4c957f2dULL) ^ hash64(domain));
+}
+
+// Byte-balanced selection: repeatedly take the next document (in seeded order) of the source
+// that has contributed the fewest bytes, skipping duplicates, until `cap` bytes are taken or
+// every source is used up. Small sources end up whole; large ones share what is left.
+std::vector<Picked> select_docs(const std::vector<const std::vector<Doc>*>& pools, int64_t cap, uint64_t seed,
+                                const std::string& domain, std::vector<int64_t>* taken_bytes,
+                                std::vector<int64_t>* taken_docs) {
+  const size_t n = pools.size();
+  std::vector<std::vector<std::pair<uint64_t, uint32_t>>> order(n);
+  for (size_t s = 0; s < n; ++s) {
+    order[s].reserve(pools[s]->size());
+    for (size_t i = 0; i < pools[s]->size(); ++i)
+      order[s].emplace_back(order_key(seed, domain, (*pools[s])[i].hash), uint32_t(i));
+    std::sort(order[s].begin(), order[s].end());
+  }
+  taken_bytes->assign(n, 0);
+  taken_docs->assign(n, 0);
+  std::vector<size_t> cursor(n, 0);
+  std::unordered_set<uint64_t> seen;
+  std::vector<Picked> out;
+  int64_t total = 0;
+  for (;;) {
+    int best = -1;
+    for (size_t s = 0; s < n; ++s)
+      if (cursor[s] < order[s].size() && (best < 0 || (*taken_bytes)[s] < (*taken_bytes)[size_t(best)])) best = int(s);
+    if (best < 0 || total >= cap) break;
+    const auto [key, idx] = order[size_t(best)][cursor[size_t(best)]++];
+    const Doc& d = (*pools[size_t(best)])[idx];
+    const int64_t size = int64_t(d.text.size());
+    if (total + size > cap) continue;  // too big for what is left; smaller ones may still fit
+    if (!seen.insert(d.hash).second) continue;
+    total += size;
+    (*taken_bytes)[size_t(best)] += size;
+    (*taken_docs)[size_t(best)] += 1;
+    out.push_back({&d, best, key});
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+
+struct DomainOut {
+  std::string name;
+  std::vector<Source*> sources;       // in manifest order
+  std::vector<Source> kinds;          // instructions: one pseudo-source per kind
+  std::vector<Picked> picked;
+  std::vector<int64_t> taken_bytes, taken_docs;
+  CorpusDomainStats stats;
+  std::string split_files[3];
+  uint32_t split_crc[3] = {0, 0, 0};
+  int64_t split_file_bytes[3] = {0, 0, 0};
+  std::string prompts_file;
+  uint32_t prompts_crc = 0;
+};
+
+void write_domain(DomainOut& d, const std::string& dir, int prompts_per_domain) {
+  std::vector<const Picked*> by_split[3];
+  for (const auto& p : d.picked) by_split[p.doc->split].push_back(&p);
+  fs::create_directories(dir + "/" + d.name);
+  d.stats.name = d.name;
+  for (int s = 0; s < 3; ++s) {
+    auto& v = by_split[s];
+    std::sort(v.begin(), v.end(), [](const Picked* a, const Picked* b) {
+      return a->order != b->order ? a->order < b->order : a->doc->hash < b->doc->hash;
+    });
+    std::string out;
+    for (const Picked* p : v) {
+      out += "{\"text\": " + json_quote(p->doc->text) + "}\n";
+      d.stats.splits[s].documents += 1;
+      d.stats.splits[s].bytes += int64_t(p->doc->text.size());
+    }
+    const std::string rel = d.name + "/" + corpus_splits()[size_t(s)] + ".jsonl";
+    write_file_atomic(dir + "/" + rel, out.data(), out.size());
+    d.split_files[s] = rel;
+    d.split_crc[s] = crc32_of(out.data(), out.size());
+    d.split_file_bytes[s] = int64_t(out.size());
+  }
+  // Evaluation prompts from the test split, in its order; at most 10 per document (code files
+  // hold many functions).
+  std::string out;
+  int64_t count = 0;
+  for (const Picked* p : by_split[2]) {
+    int from_doc = 0;
+    for (const auto& e : p->doc->evals) {
+      if (count >= prompts_per_domain || from_doc >= 10) break;
+      out += "{\"domain\": " + json_quote(d.name) + ", \"prompt\": " + json_quote(e.prompt) +
+             ", \"reference\": " + json_quote(e.reference) + "}\n";
+      ++count;
+      ++from_doc;
+    }
+    if (count >= prompts_per_domain) break;
+  }
+  fs::create_directories(dir + "/prompts");
+  d.prompts_file = "prompts/" + d.name + ".jsonl";
+  write_file_atomic(dir + "/" + d.prompts_file, out.data(), out.size());
+  d.prompts_crc = crc32_of(out.data(), out.size());
+  d.stats.prompts = count;
+}
+
+ojson config_json(const CorpusOptions& opt, const std::vector<std::string>& domains,
+                  const std::vector<Source>& sources) {
+  ojson c;
+  c["builder_version"] = kCorpusBuilderVersion;
+  c["seed"] = opt.seed;
+  c["max_mb"] = opt.max_mb;
+  c["prompts_per_domain"] = opt.prompts_per_domain;
+  c["domains"] = domains;
+  ojson src = ojson::object();
+  for (const auto& s : sources) {
+    ojson v = ojson::array();
+    for (size_t i = 0; i < s.packages.size() && i < s.versions.size(); ++i)
+      v.push_back(s.packages[i] + "=" + s.versions[i]);
+    if (s.skipped) v.push_back("skipped");
+    src[s.id] = v;
+  }
+  c["sources"] = src;
+  return c;
+}
+
+// True when DIR/manifest.json records this configuration and every file it lists is intact.
+bool up_to_date(const std::string& dir, const ojson& config) {
+  const std::string path = dir + "/manifest.json";
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return false;
+  ojson m;
+  try {
+    m = ojson::parse(read_text_file(path));
+  } catch (const std::exception&) {
+    return false;
+  }
+  if (!m.is_object() || !m.contains("config") || m["config"] != config || !m.contains("files") ||
+      !m["files"].is_object())
+    return false;
+  for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
+    const std::string f = dir + "/" + it.key();
+    uint32_t want;
+    if (!it.value().is_object() || !it.value().contains("crc32") || !it.value()["crc32"].is_string() ||
+        !parse_crc32_hex(it.value()["crc32"].get<std::string>(), &want))
+      return false;
+    if (!fs::exists(f, ec) || crc32_of_file(f) != want) return false;
+  }
+  return true;
+}
+
+void run_parallel(std::vector<std::function<void()>>& jobs) {
+  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), 4));
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> errors(jobs.size());
+  const auto work = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < jobs.size();) {
+      try {
+        jobs[i]();
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (unsigned t = 1; t < workers; ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);  // the first failing job, in job order
+}
+
+}  // namespace
+
+CorpusResult build_corpus(const CorpusOptions& opt) {
+  const double t0 = now_seconds();
+  const auto log = [&](const std::string& m) {
+    if (opt.log) opt.log(m);
+  };
+  if (opt.out_dir.empty()) fail("corpus build: no output directory given");
+  if (!(opt.max_mb > 0)) fail("corpus build: --max-mb must be positive (got ", opt.max_mb, ")");
+  if (opt.prompts_per_domain < 0) fail("corpus build: prompts per domain must not be negative");
+
+  // Domains to write, in canonical order.
+  std::vector<std::string> domains;
+  for (const auto& d : opt.domains)
+    if (std::find(corpus_domains().begin(), corpus_domains().end(), d) == corpus_domains().end())
+      fail("unknown corpus domain '", d, "' (domains: code, math, prose, translation, instructions)");
+  for (const auto& d : corpus_domains())
+    if (opt.domains.empty() || std::find(opt.domains.begin(), opt.domains.end(), d) != opt.domains.end())
+      domains.push_back(d);
+  const auto wants = [&](const std::string& d) { return std::find(domains.begin(), domains.end(), d) != domains.end(); };
+  const bool instructions = wants("instructions");
+
+  // Sources in use: those of the domains written; instructions also need code, prose's GCIDE,
+  // translation and math.
+  std::vector<Source> all = plan_sources(opt);
+  std::vector<Source*> used;
+  for (auto& s : all) {
+    const bool for_instr = instructions && (s.domain == "code" || s.id == "gcide" || s.domain == "translation");
+    if (wants(s.domain) || for_instr) used.push_back(&s);
+  }
+  if (opt.use_packages) resolve_packages(used, opt);
+
+  std::vector<Source> used_copy_for_config;
+  for (Source* s : used) used_copy_for_config.push_back(*s);
+  const ojson config = config_json(opt, domains, used_copy_for_config);
+  used_copy_for_config.clear();
+  if (opt.use_packages && !opt.force && up_to_date(opt.out_dir, config)) {
+    log("corpus: " + opt.out_dir + " already holds this build (seed " + std::to_string(opt.seed) +
+        "); nothing to do (--force rebuilds)");
+    CorpusResult r;
+    r.up_to_date = true;
+    r.seconds = now_seconds() - t0;
+    return r;
+  }
+
+  // The old manifest: its token counts survive a rebuild that reproduces the same files.
+  ojson old_manifest;
+  {
+    std::error_code ec;
+    const std::string path = opt.out_dir + "/manifest.json";
+    if (fs::exists(path, ec)) {
+      try {
+        old_manifest = ojson::parse(read_text_file(path));
+      } catch (const std::exception&) {
+      }
+      fs::remove(path, ec);  // the build is incomplete until the new manifest is written
+    }
+  }
+  fs::create_directories(opt.out_dir);
+
+  // Load every source (in parallel; each fills only its own vectors).
+  const int64_t cap = int64_t(opt.max_mb * 1e6);
+  Source math;
+  math.id = "generator";
+  math.domain = "math";
+  math.path = "dspark math word-problem generator (" + std::to_string(math_problem_kinds().size()) + " templates)";
+  math.licence = "generated by dspark (same licence as dspark)";
+  {
+    std::vector<std::function<void()>> jobs;
+    if (wants("math") || instructions) jobs.push_back([&] { generate_math(math, opt.seed, cap); });
+    // Big sources first so the two cores stay busy.
+    std::vector<Source*> order;
+    for (Source* s : used)
+      if (!s->skipped) order.push_back(s);
+    std::stable_sort(order.begin(), order.end(), [](const Source* a, const Source* b) {
+      const auto weight = [](const Source* s) {
+        return s->id == "gcide" || s->id == "freedict:deu-eng" || s->id == "freedict:eng-deu" ? 0 : 1;
+      };
+      return weight(a) < weight(b);
+    });
+    for (Source* s : order)
+      jobs.push_back([s, &opt, &log] {
+        const double t = now_seconds();
+        load_source(*s, opt);
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "corpus: read %-24s %8zu documents %7.1f MB  (%.1f s)", s->id.c_str(),
+                      s->docs.size(), double(s->available_bytes) / 1e6, now_seconds() - t);
+        log(buf);
+      });
+    run_parallel(jobs);
+  }
+
+  // Select, write.
+  std::vector<DomainOut> outs;
+  for (const auto& name : domains) {
+    DomainOut d;
+    d.name = name;
+    std::vector<const std::vector<Doc>*> pools;
+    if (name == "math") {
+      d.sources.push_back(&math);
+    } else if (name == "instructions") {
+      // One pseudo-source per kind; turns come from the seeds of every source.
+      d.kinds.resize(instruction_kinds().size());
+      for (size_t k = 0; k < d.kinds.size(); ++k) {
+        d.kinds[k].id = instruction_kinds()[k];
+        d.kinds[k].domain = "instructions";
+      }
+      std::vector<Source*> seed_sources = used;
+      seed_sources.push_back(&math);
+      // Per kind, the turns in seeded order; only a prefix of about twice the cap can be
+      // selected, so only that prefix is materialised.
+      struct Ref {
+        uint64_t key;
+        const Seed* seed;
+        const Source* from;
+        uint64_t hash;
+        size_t bytes;
+      };
+      std::vector<std::vector<Ref>> refs(d.kinds.size());
+      for (Source* s : seed_sources)
+        for (const auto& sd : s->seeds) {
+          const std::string text = chatml(sd.user, sd.assistant);
+          const uint64_t h = normalized_hash(text);
+          refs[size_t(sd.kind)].push_back({order_key(opt.seed, name, h), &sd, s, h, text.size()});
+        }
+      for (size_t k = 0; k < d.kinds.size(); ++k) {
+        auto& r = refs[k];
+        std::sort(r.begin(), r.end(), [](const Ref& a, const Ref& b) {
+          return a.key != b.key ? a.key < b.key : a.hash < b.hash;
+        });
+        Source& kind = d.kinds[k];
+        std::set<std::string> licences, from;
+        int64_t bytes = 0;
+        kind.available_docs = int64_t(r.size());
+        for (const Ref& x : r) {
+          kind.available_bytes += int64_t(x.bytes);
+          licences.insert(x.from->licence);
+          from.insert(x.from->id);
+          if (bytes > 2 * cap + 100000) continue;
+          bytes += int64_t(x.bytes);
+          Doc doc = make_doc(chatml(x.seed->user, x.seed->assistant), "instructions");
+          doc.split = x.seed->split;
+          doc.evals.push_back({x.seed->user, x.seed->assistant});
+          kind.docs.push_back(std::move(doc));
+        }
+        kind.licence = join(std::vector<std::string>(licences.begin(), licences.end()), "; ");
+        kind.path = "ChatML turns made from " + join(std::vector<std::string>(from.begin(), from.end()), ", ");
+      }
+      for (auto& k : d.kinds) d.sources.push_back(&k);
+    } else {
+      for (Source* s : used)
+        if (s->domain == name) d.sources.push_back(s);
+    }
+    for (Source* s : d.sources) pools.push_back(&s->docs);
+    d.picked = select_docs(pools, cap, opt.seed, name, &d.taken_bytes, &d.taken_docs);
+    write_domain(d, opt.out_dir, opt.prompts_per_domain);
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "corpus: %-12s %8lld documents %7.2f MB (train %lld / validation %lld / test %lld), %lld prompts",
+                  name.c_str(),
+                  (long long)(d.stats.splits[0].documents + d.stats.splits[1].documents + d.stats.splits[2].documents),
+                  double(d.stats.splits[0].bytes + d.stats.splits[1].bytes + d.stats.splits[2].bytes) / 1e6,
+                  (long long)d.stats.splits[0].documents, (long long)d.stats.splits[1].documents,
+                  (long long)d.stats.splits[2].documents, (long long)d.stats.prompts);
+    log(buf);
+    outs.push_back(std::move(d));
+  }
+
+  // Stale files of domains this build does not write.
+  for (const auto& name : corpus_domains()) {
+    if (wants(name)) continue;
+    std::error_code ec;
+    for (const auto& s : corpus_splits()) fs::remove(opt.out_dir + "/" + name + "/" + s + ".jsonl", ec);
+    fs::remove(opt.out_dir + "/prompts/" + name + ".jsonl", ec);
+  }
+
+  // Manifest, last.
+  ojson m;
+  m["format"] = "dspark-corpus-1";
+  m["seed"] = opt.seed;
+  m["max_mb"] = opt.max_mb;
+  m["document_format"] = "JSON Lines, one {\"text\": ...} per document";
+  ojson jdomains = ojson::array();
+  ojson files = ojson::object();
+  for (auto& d : outs) {
+    ojson jd;
+    jd["name"] = d.name;
+    const int hp = domain_holdout_percent(d.name);
+    jd["split_percent"] = {{"train", 100 - 2 * hp}, {"validation", hp}, {"test", hp}};
+    std::set<std::string> licences;
+    ojson jsources = ojson::array();
+    for (size_t i = 0; i < d.sources.size(); ++i) {
+      const Source& s = *d.sources[i];
+      ojson js;
+      js["id"] = s.id;
+      if (!s.packages.empty()) {
+        ojson pk = ojson::array();
+        for (size_t k = 0; k < s.packages.size(); ++k)
+          pk.push_back({{"package", s.packages[k]}, {"version", k < s.versions.size() ? s.versions[k] : ""}});
+        js["packages"] = pk;
+      }
+      js["path"] = s.path;
+      js["licence"] = s.licence.empty() ? "unknown (not read from a Debian package)" : s.licence;
+      if (s.skipped) {
+        js["skipped"] = s.skip_reason;
+      } else {
+        licences.insert(js["licence"].get<std::string>());
+        if (!s.files.empty() && s.id != "python-stdlib") js["files"] = s.files;
+        if (s.id == "python-stdlib") js["files"] = int64_t(s.files.size());
+        js["available_documents"] = s.available_docs >= 0 ? s.available_docs : int64_t(s.docs.size());
+        js["available_bytes"] = s.available_bytes;
+        js["documents"] = d.taken_docs[i];
+        js["bytes"] = d.taken_bytes[i];
+      }
+      jsources.push_back(js);
+    }
+    jd["licences"] = ojson(std::vector<std::string>(licences.begin(), licences.end()));
+    jd["sources"] = jsources;
+    ojson jsplits = ojson::object();
+    for (int s = 0; s < 3; ++s) {
+      jsplits[corpus_splits()[size_t(s)]] = {{"file", d.split_files[s]},
+                                             {"documents", d.stats.splits[s].documents},
+                                             {"bytes", d.stats.splits[s].bytes},
+                                             {"file_bytes", d.split_file_bytes[s]},
+                                             {"crc32", crc32_hex(d.split_crc[s])}};
+      files[d.split_files[s]] = {{"bytes", d.split_file_bytes[s]}, {"crc32", crc32_hex(d.split_crc[s])}};
+    }
+    jd["splits"] = jsplits;
+    const uintmax_t pbytes = fs::file_size(opt.out_dir + "/" + d.prompts_file);
+    jd["prompts"] = {{"file", d.prompts_file}, {"count", d.stats.prompts}, {"crc32", crc32_hex(d.prompts_crc)}};
+    files[d.prompts_file] = {{"bytes", int64_t(pbytes)}, {"crc32", crc32_hex(d.prompts_crc)}};
+    jdomains.push_back(jd);
+  }
+  m["domains"] = jdomains;
+  m["files"] = files;
+  m["config"] = config;
+  if (old_manifest.is_object() && old_manifest.contains("tokens") && old_manifest.contains("files") &&
+      old_manifest["files"] == files)
+    m["tokens"] = old_manifest["tokens"];
+  const std::string text = m.dump(2) + "\n";
+  write_file_atomic(opt.out_dir + "/manifest.json", text.data(), text.size());
+
+  CorpusResult r;
+  for (const auto& d : outs) r.domains.push_back(d.stats);
+  r.seconds = now_seconds() - t0;
+  return r;
+}
+
+}  // namespace dspark::data

@@ -1,0 +1,51 @@
+// Small text helpers shared by the corpus builder: UTF-8 repair, JSON escaping, hashing for
+// deduplication and splits, and a seeded random generator whose output is the same everywhere
+// (std:: distributions are implementation-defined, so they are not used).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dspark::data {
+
+// Replaces invalid UTF-8 sequences with U+FFFD and drops NUL and other C0 controls except
+// \t and \n; \r\n and lone \r become \n.
+std::string sanitize_utf8(std::string_view s);
+bool is_valid_utf8(std::string_view s);
+
+// A JSON string literal (with quotes) for valid UTF-8 text.
+std::string json_quote(std::string_view s);
+
+// 64-bit FNV-1a folded through a finalizer (good avalanche, stable across machines).
+uint64_t hash64(std::string_view s, uint64_t seed = 0);
+uint64_t mix64(uint64_t x);
+// Hash of the text with whitespace runs collapsed, ends trimmed and ASCII letters lower-cased:
+// two documents that differ only there are duplicates.
+uint64_t normalized_hash(std::string_view s);
+
+std::string_view trim(std::string_view s);
+std::vector<std::string_view> split_lines(std::string_view s);  // on \n, without the \n
+std::string collapse_spaces(std::string_view s);                  // whitespace runs -> one space, trimmed
+bool starts_with(std::string_view s, std::string_view p);
+bool ends_with(std::string_view s, std::string_view p);
+std::string replace_all(std::string s, std::string_view from, std::string_view to);
+std::string lower_ascii(std::string_view s);
+
+// xoshiro256** seeded with splitmix64.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed);
+  uint64_t next();
+  uint64_t below(uint64_t n);                 // uniform in [0, n), n > 0
+  int64_t range(int64_t lo, int64_t hi);      // uniform in [lo, hi]
+  bool chance(double p);                      // true with probability p
+  template <class T>
+  const T& pick(const std::vector<T>& v) { return v[size_t(below(v.size()))]; }
+
+ private:
+  uint64_t s_[4];
+};
+
+}  // namespace dspark::data

@@ -198,52 +198,68 @@ std::string deps_script(const CorpusOptions& opt) {
   return std::string(DSPARK_SOURCE_DIR) + "/scripts/corpus-deps.sh";
 }
 
-// Checks (and installs) the packages of the sources in use; fills versions; skips optional
-// sources whose package cannot be installed.
-void resolve_packages(std::vector<Source*>& sources, const CorpusOptions& opt) {
+}  // namespace
+
+std::vector<std::string> ensure_packages(const std::vector<PackageNeed>& needs, const CorpusOptions& opt) {
   const auto log = [&](const std::string& m) {
     if (opt.log) opt.log(m);
   };
-  std::vector<std::string> missing;
-  std::map<std::string, const Source*> needed_by;
-  for (Source* s : sources)
-    for (const auto& p : s->packages)
-      if (!query_package(p).installed && !needed_by.count(p)) {
-        needed_by[p] = s;
-        missing.push_back(p);
-      }
-  if (!missing.empty()) {
-    if (!opt.install) {
-      std::string list;
-      for (const auto& p : missing)
-        list += "\n  " + p + " (for the " + needed_by[p]->domain + " domain: " + needed_by[p]->path + ")";
-      fail("missing Debian package", missing.size() > 1 ? "s" : "", " (--no-install given):", list,
-           "\ninstall with: ", deps_script(opt), " ", [&] {
-             std::string s;
-             for (const auto& p : missing) s += (s.empty() ? "" : " ") + p;
-             return s;
-           }());
+  std::vector<const PackageNeed*> missing;
+  std::set<std::string> seen;
+  for (const auto& n : needs)
+    if (seen.insert(n.package).second && !query_package(n.package).installed) missing.push_back(&n);
+  std::vector<std::string> optional_missing;
+  if (missing.empty()) return optional_missing;
+  const std::string script = deps_script(opt);
+  const auto fail_missing = [&](const std::vector<const PackageNeed*>& req, const std::string& why) {
+    std::string list, names;
+    for (const auto* n : req) {
+      list += "\n  " + n->package + " (" + n->purpose + ")";
+      names += " " + n->package;
     }
-    std::vector<std::string> to_install;
-    for (const auto& p : missing) {
-      if (needed_by[p]->optional && !package_installable(p)) {
-        log("corpus: optional package " + p + " has no install candidate; skipping " + needed_by[p]->id);
-        continue;
-      }
-      to_install.push_back(p);
+    fail("missing Debian package", req.size() > 1 ? "s" : "", " ", why, ":", list, "\ninstall with: ", script, names);
+  };
+  std::vector<const PackageNeed*> to_install, required;
+  for (const auto* n : missing) {
+    if (n->optional && (!opt.install || !package_installable(n->package))) {
+      log("corpus: optional package " + n->package + " is not installed; skipping it (" + n->purpose + ")");
+      optional_missing.push_back(n->package);
+      continue;
     }
-    if (!to_install.empty()) {
-      const std::string script = deps_script(opt);
-      if (!fs::exists(script)) fail(script, ": the corpus dependency script is missing (set DSPARK_CORPUS_DEPS)");
-      std::string list;
-      for (const auto& p : to_install) list += " " + p;
-      log("corpus: installing" + list + " via " + script);
-      std::vector<std::string> argv = {"bash", script};
-      argv.insert(argv.end(), to_install.begin(), to_install.end());
-      const auto r = run_command(argv, /*quiet=*/false);
-      if (r.status != 0) fail(script, " failed (exit ", r.status, ") installing", list);
-    }
+    to_install.push_back(n);
+    if (!n->optional) required.push_back(n);
   }
+  if (to_install.empty()) return optional_missing;
+  if (!opt.install) fail_missing(required, "(--no-install given)");
+  if (!fs::exists(script)) fail(script, ": the corpus dependency script is missing (set DSPARK_CORPUS_DEPS)");
+  std::string list;
+  std::vector<std::string> argv = {"bash", script};
+  for (const auto* n : to_install) {
+    list += " " + n->package;
+    argv.push_back(n->package);
+  }
+  log("corpus: installing" + list + " with " + script);
+  const auto r = run_command(argv, /*quiet=*/false);
+  std::vector<const PackageNeed*> still;
+  for (const auto* n : to_install)
+    if (!query_package(n->package).installed) {
+      if (n->optional) optional_missing.push_back(n->package);
+      else still.push_back(n);
+    }
+  if (!still.empty())
+    fail_missing(still, "(" + script + " exited with status " + std::to_string(r.status) + ")");
+  return optional_missing;
+}
+
+namespace {
+
+// Checks (and installs) the packages of the sources in use; fills versions; skips optional
+// sources whose package is missing.
+void resolve_packages(std::vector<Source*>& sources, const CorpusOptions& opt) {
+  std::vector<PackageNeed> needs;
+  for (Source* s : sources)
+    for (const auto& p : s->packages) needs.push_back({p, s->domain + " domain: " + s->path, s->optional});
+  ensure_packages(needs, opt);
   for (Source* s : sources) {
     s->versions.clear();
     for (const auto& p : s->packages) {
@@ -679,6 +695,11 @@ ojson config_json(const CorpusOptions& opt, const std::vector<std::string>& doma
   return c;
 }
 
+// Key order does not matter (a manifest may have been rewritten by another JSON writer).
+bool same_json(const ojson& a, const ojson& b) {
+  return nlohmann::json::parse(a.dump()) == nlohmann::json::parse(b.dump());
+}
+
 // True when DIR/manifest.json records this configuration and every file it lists is intact.
 bool up_to_date(const std::string& dir, const ojson& config) {
   const std::string path = dir + "/manifest.json";
@@ -690,7 +711,7 @@ bool up_to_date(const std::string& dir, const ojson& config) {
   } catch (const std::exception&) {
     return false;
   }
-  if (!m.is_object() || !m.contains("config") || m["config"] != config || !m.contains("files") ||
+  if (!m.is_object() || !m.contains("config") || !same_json(m["config"], config) || !m.contains("files") ||
       !m["files"].is_object())
     return false;
   for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
@@ -961,7 +982,7 @@ CorpusResult build_corpus(const CorpusOptions& opt) {
   m["files"] = files;
   m["config"] = config;
   if (old_manifest.is_object() && old_manifest.contains("tokens") && old_manifest.contains("files") &&
-      old_manifest["files"] == files)
+      same_json(old_manifest["files"], files))
     m["tokens"] = old_manifest["tokens"];
   const std::string text = m.dump(2) + "\n";
   write_file_atomic(opt.out_dir + "/manifest.json", text.data(), text.size());

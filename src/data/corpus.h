@@ -74,4 +74,15 @@ struct CorpusResult {
 // Builds the corpus. Errors (Error) name the package, file or field at fault.
 CorpusResult build_corpus(const CorpusOptions& opt);
 
+// A Debian package a source reads, and what for (named in errors).
+struct PackageNeed {
+  std::string package;
+  std::string purpose;    // e.g. "prose domain: /usr/share/dictd/gcide.dict.dz"
+  bool optional = false;  // skipped, not an error, when it cannot be installed
+};
+// Makes sure the packages are installed. Missing ones are installed through the dependency
+// script when `opt.install`; otherwise (or if installing fails) an Error names every missing
+// required package and its purpose. Returns the optional packages that are still missing.
+std::vector<std::string> ensure_packages(const std::vector<PackageNeed>& needs, const CorpusOptions& opt);
+
 }  // namespace dspark::data

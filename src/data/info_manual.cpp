@@ -6,7 +6,7 @@ namespace dspark::data {
 
 namespace {
 
-// "*note Label: (manual)Node." / "*Note Node::" -> "see Label" / "See Node".
+// "*note Label: (manual)Node." / "*Note Node::" -> "Label" / "See Node".
 std::string rewrite_xrefs(std::string_view s) {
   std::string out;
   out.reserve(s.size());
@@ -44,7 +44,12 @@ std::string rewrite_xrefs(std::string_view s) {
       }
       end = k;  // the punctuation stays
     }
-    out += upper ? "See " : "see ";
+    // "*Note" (@xref) reads "See"; "(*note" (@pxref) reads "(see"; other "*note"s (@ref) follow
+    // the author's own words ("see *note X::").
+    size_t k = out.size();
+    while (k > 0 && (out[k - 1] == ' ' || out[k - 1] == '\n')) --k;
+    if (upper) out += "See ";
+    else if (k > 0 && out[k - 1] == '(') out += "see ";
     out += label;
     i = end;
   }

@@ -512,7 +512,7 @@ std::pair<Rational, Rational> t_sharing(Ctx& c) {
   const Person& a = c.pick(people());
   const auto& it = c.pick(countables());
   const Rational friends = c.param("friends", c.r(2, 9));
-  const Rational each = c.param("each", c.r(2, 25));
+  const Rational each = c.param("each_hidden", c.r(2, 25));
   const Rational kept = c.param("kept", c.r(1, 15));
   const Rational total = friends * each + kept;
   c.param("total", total);

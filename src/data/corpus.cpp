@@ -61,6 +61,8 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Documents and sources
 
+constexpr int kTest = 2;  // split index; evaluation prompts come only from the test split
+
 struct Eval {
   std::string prompt, reference;
 };
@@ -402,7 +404,7 @@ void load_python(Source& s, const CorpusOptions& opt) {
     if (skip_python_file(rel, raw)) continue;
     Doc d = make_doc(sanitize_utf8(raw), "code");
     for (const auto& f : extract_python_functions(d.text)) {
-      d.evals.push_back({f.header, f.body});
+      if (d.split == kTest) d.evals.push_back({f.header, f.body});
       code_seeds(f, d.hash, d.split, &s.seeds);
     }
     s.files.push_back(path);
@@ -425,7 +427,7 @@ void load_gcide(Source& s, const CorpusOptions& opt) {
     GcideEntry g;
     if (!clean_gcide_entry(e.headword, e.body, &g)) continue;
     Doc d = make_doc(g.text, "prose");
-    d.evals.push_back({"Define " + g.headword, g.definition});
+    if (d.split == kTest) d.evals.push_back({"Define " + g.headword, g.definition});
     Rng rng(mix64(d.hash ^ 0x646566ULL));
     s.seeds.push_back({kDefine, d.split, replace_all(rng.pick(kAsk), "{}", g.headword), g.headword + ", " + g.definition});
     s.docs.push_back(std::move(d));
@@ -519,7 +521,7 @@ void load_freedict(Source& s, const CorpusOptions& opt) {
     for (size_t k = 0; k < f.examples.size() && k < 4; ++k)
       text += "\nExample: " + dq(f.examples[k].first) + " = " + dq(f.examples[k].second);
     Doc d = make_doc(text, "translation");
-    d.evals.push_back({translate_request(0, f.headword, from, to), answer});
+    if (d.split == kTest) d.evals.push_back({translate_request(0, f.headword, from, to), answer});
     std::string reply;
     switch (rng.below(3)) {
       case 0: reply = answer; break;
@@ -554,7 +556,7 @@ void generate_math(Source& s, uint64_t seed, int64_t cap) {
     const MathProblem p = generate_math_problem(mix64(seed) ^ (i * 0x9e3779b97f4a7c15ULL));
     Doc d = make_doc(p.text(), "math");
     if (!seen.insert(d.hash).second) continue;
-    d.evals.push_back({p.question, p.answer_text});
+    if (d.split == kTest) d.evals.push_back({p.question, p.answer_text});
     Rng rng(d.hash);
     s.seeds.push_back({kMath, d.split, rng.pick(kLead) + p.question, p.solution});
     bytes += int64_t(d.text.size());
@@ -653,14 +655,14 @@ void write_domain(DomainOut& d, const std::string& dir, int prompts_per_domain) 
     d.split_crc[s] = crc32_of(out.data(), out.size());
     d.split_file_bytes[s] = int64_t(out.size());
   }
-  // Evaluation prompts from the test split, in its order; at most 10 per document (code files
+  // Evaluation prompts from the test split, in its order; at most 25 per document (code files
   // hold many functions).
   std::string out;
   int64_t count = 0;
   for (const Picked* p : by_split[2]) {
     int from_doc = 0;
     for (const auto& e : p->doc->evals) {
-      if (count >= prompts_per_domain || from_doc >= 10) break;
+      if (count >= prompts_per_domain || from_doc >= 25) break;
       out += "{\"domain\": " + json_quote(d.name) + ", \"prompt\": " + json_quote(e.prompt) +
              ", \"reference\": " + json_quote(e.reference) + "}\n";
       ++count;
@@ -888,7 +890,7 @@ CorpusResult build_corpus(const CorpusOptions& opt) {
           bytes += int64_t(x.bytes);
           Doc doc = make_doc(chatml(x.seed->user, x.seed->assistant), "instructions");
           doc.split = x.seed->split;
-          doc.evals.push_back({x.seed->user, x.seed->assistant});
+          if (doc.split == kTest) doc.evals.push_back({x.seed->user, x.seed->assistant});
           kind.docs.push_back(std::move(doc));
         }
         kind.licence = join(std::vector<std::string>(licences.begin(), licences.end()), "; ");

@@ -61,7 +61,11 @@ std::vector<PyFunction> extract_python_functions(std::string_view source, int ma
     }
     if (!ok) continue;
     std::string sig;
-    for (size_t k = i; k <= sig_end; ++k) sig += std::string(lines[k]) + " ";
+    for (size_t k = i; k <= sig_end; ++k) {
+      std::string_view l = lines[k];
+      while (!l.empty() && (l.back() == ' ' || l.back() == '\\')) l.remove_suffix(1);  // line continuations
+      sig += std::string(l) + " ";
+    }
     const size_t name_at = sig.find("def ") + 4;
     const size_t open = sig.find('(', name_at);
     if (open == std::string::npos) continue;

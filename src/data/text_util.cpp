@@ -80,8 +80,21 @@ std::string json_quote(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 16);
   out += '"';
-  for (const char ch : s) {
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
     const unsigned char c = static_cast<unsigned char>(ch);
+    // U+0085, U+2028 and U+2029 are line breaks to some JSON Lines readers: escape them.
+    if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x85) {
+      out += "\\u0085";
+      ++i;
+      continue;
+    }
+    if (c == 0xE2 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
+        (static_cast<unsigned char>(s[i + 2]) == 0xA8 || static_cast<unsigned char>(s[i + 2]) == 0xA9)) {
+      out += static_cast<unsigned char>(s[i + 2]) == 0xA8 ? "\\u2028" : "\\u2029";
+      i += 2;
+      continue;
+    }
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;

@@ -15,7 +15,8 @@ namespace dspark::data {
 std::string sanitize_utf8(std::string_view s);
 bool is_valid_utf8(std::string_view s);
 
-// A JSON string literal (with quotes) for valid UTF-8 text.
+// A JSON string literal (with quotes) for valid UTF-8 text; U+0085, U+2028 and U+2029 are
+// escaped too, so no JSON Lines reader sees a line break inside a string.
 std::string json_quote(std::string_view s);
 
 // 64-bit FNV-1a folded through a finalizer (good avalanche, stable across machines).

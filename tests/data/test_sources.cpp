@@ -207,9 +207,10 @@ TEST(PythonCode, ExtractsDocumentedTopLevelFunctions) {
       "def nodoc(x):\n    return x\n\n"
       "class K:\n    def method(self):\n        \"\"\"A method, not top level.\"\"\"\n        return 1\n\n"
       "def short():\n    '''Only a docstring here.'''\n\n"
+      "def cont(a, \\\n         b):\n    \"\"\"Join the two values with a plus.\"\"\"\n    return a + b\n\n"
       "def greet(name):\n    r'''Say hello to someone politely.'''\n    print('hi', name)\n";
   const auto fs = extract_python_functions(src);
-  ASSERT_EQ(fs.size(), 2u);
+  ASSERT_EQ(fs.size(), 3u);
   EXPECT_EQ(fs[0].name, "add");
   EXPECT_EQ(fs[0].params, "a, b=1, *, c=None");
   EXPECT_EQ(fs[0].summary, "Return the sum of a and b.");
@@ -217,8 +218,10 @@ TEST(PythonCode, ExtractsDocumentedTopLevelFunctions) {
             "@cache\ndef add(a, b=1,\n        *, c=None):\n    \"\"\"Return the sum of a and b.\n\n    More text.\n    \"\"\"\n");
   EXPECT_EQ(fs[0].body, "    total = a + b\n\n    return total\n");
   EXPECT_EQ(fs[0].source, fs[0].header + fs[0].body);
-  EXPECT_EQ(fs[1].name, "greet");
-  EXPECT_EQ(fs[1].body, "    print('hi', name)\n");
+  EXPECT_EQ(fs[1].name, "cont");
+  EXPECT_EQ(fs[1].params, "a, b");
+  EXPECT_EQ(fs[2].name, "greet");
+  EXPECT_EQ(fs[2].body, "    print('hi', name)\n");
 
   EXPECT_TRUE(skip_python_file("/encodings/cp1252.py", "\"\"\" Python Character Mapping Codec cp1252 generated from 'X' with gencodec.py.\n"));
   EXPECT_TRUE(skip_python_file("/test/test_os.py", "import os\n"));
@@ -232,6 +235,7 @@ TEST(TextUtil, NormalizedHashAndUtf8) {
   EXPECT_EQ(sanitize_utf8("a\xff" "b\r\nc\x01"), "a\xEF\xBF\xBD" "b\nc");
   EXPECT_TRUE(is_valid_utf8("grüß"));
   EXPECT_EQ(json_quote("a\"b\\\n\x02"), "\"a\\\"b\\\\\\n\\u0002\"");
+  EXPECT_EQ(json_quote("x\u2028y\u0085z"), "\"x\\u2028y\\u0085z\"");
   Rng a(5), b(5);
   for (int i = 0; i < 10; ++i) EXPECT_EQ(a.next(), b.next());
 }

@@ -74,9 +74,10 @@ struct Tokenized {
   }
 };
 
+// Built once per process; its directory goes away at exit.
 const Tokenized& shared() {
-  static const Tokenized* t = new Tokenized();
-  return *t;
+  static const Tokenized t;
+  return t;
 }
 
 void expect_round_trip(const Tokenized& tk, const std::string& split) {

@@ -9,6 +9,9 @@ packages=(
   # engine libraries
   libdnnl-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libutf8proc-dev zlib1g-dev
   libhiredis-dev
+  # training (its own binary): libtorch, with OpenBLAS behind it (Debian's default BLAS is
+  # the slow reference one; the OpenMP build shares libgomp with libtorch)
+  libtorch-dev libopenblas0-openmp
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch redis-server
   gnuplot-nox

@@ -1,0 +1,224 @@
+#include "train/lm_trainer.h"
+
+#include <ATen/autocast_mode.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/cpu.h"
+#include "core/crc32.h"
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "core/timer.h"
+#include "data/token_shards.h"
+#include "sample/rng.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/progress.h"
+#include "train/qwen3_model.h"
+#include "train/schedule.h"
+
+namespace dspark::train {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+json LmTrainConfig::to_json() const {
+  return {{"model", model.to_json()}, {"init_from", init_from}, {"tokenizer", tokenizer}, {"data", data},
+          {"domains", domains}, {"out", out}, {"steps", steps}, {"batch", batch}, {"accum", accum},
+          {"seq_len", seq_len}, {"lr", lr}, {"min_lr_ratio", min_lr_ratio}, {"warmup", warmup},
+          {"weight_decay", weight_decay}, {"beta1", beta1}, {"beta2", beta2}, {"eps", eps}, {"clip", clip},
+          {"init_std", init_std}, {"seed", seed}, {"precision", precision}, {"eval_every", eval_every},
+          {"eval_windows", eval_windows}, {"save_every", save_every}};
+}
+
+namespace {
+
+bool use_bf16(const std::string& precision) {
+  if (precision == "bf16") return true;
+  if (precision == "f32") return false;
+  if (precision != "auto") fail("precision must be auto, f32 or bf16, got '", precision, "'");
+  // bf16 autocast pays off only where the CPU multiplies bf16 natively.
+  return cpu_features().avx512_bf16 || cpu_features().amx_bf16;
+}
+
+// Samples the micro-batch for (step, micro): rows of seq_len + 1 tokens at positions drawn
+// from a generator seeded by the step, so a resumed run sees exactly the same data.
+torch::Tensor sample_batch(const TokenShards& data, const LmTrainConfig& c, int64_t step, int micro) {
+  const int64_t span = c.seq_len + 1;
+  if (data.size() <= span) fail(c.data, ": the training split has only ", data.size(), " tokens, fewer than one window of ", span);
+  auto batch = torch::empty({c.batch, span}, torch::kInt32);
+  auto* p = batch.data_ptr<int32_t>();
+  for (int r = 0; r < c.batch; ++r) {
+    Rng rng(c.seed, uint64_t((step * c.accum + micro) * c.batch + r));
+    const int64_t start = int64_t(rng.next() % uint64_t(data.size() - span));
+    data.copy(start, span, p + int64_t(r) * span);
+  }
+  return batch.to(torch::kInt64);
+}
+
+torch::Tensor lm_loss(CausalLM& model, const torch::Tensor& batch, bool bf16) {
+  using torch::indexing::Slice;
+  auto inputs = batch.index({Slice(), Slice(0, -1)});
+  auto targets = batch.index({Slice(), Slice(1, torch::indexing::None)});
+  torch::Tensor logits;
+  if (bf16) {
+    at::autocast::set_cpu_enabled(true);
+    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
+    logits = model->forward(inputs).logits;
+    at::autocast::set_cpu_enabled(false);
+    at::autocast::clear_cache();
+  } else {
+    logits = model->forward(inputs).logits;
+  }
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),
+                                              targets.reshape({-1}));
+}
+
+void check_tokenizer_matches(const LmTrainConfig& c, const TokenShards& data) {
+  const uint32_t crc = crc32_file(c.tokenizer);
+  if (data.tokenizer_crc() != crc)
+    fail(c.tokenizer, ": is not the tokenizer the corpus in ", c.data,
+         " was tokenized with (CRC32 differs); retokenize or pass the matching tokenizer");
+  auto tok = Tokenizer::from_file(c.tokenizer);
+  if (tok->vocab_size() > c.model.vocab_size)
+    fail(c.tokenizer, ": has ", tok->vocab_size(), " tokens but the model's vocab_size is ", c.model.vocab_size);
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::AdamW> build_optimizer(CausalLM& model, const LmTrainConfig& c) {
+  // Decoupled weight decay on matrices only (not on norm weights).
+  std::vector<torch::Tensor> decay, no_decay;
+  for (auto& p : model->parameters()) (p.dim() >= 2 ? decay : no_decay).push_back(p);
+  auto opts = [&](double wd) {
+    return std::make_unique<torch::optim::AdamWOptions>(
+        torch::optim::AdamWOptions(c.lr).betas({c.beta1, c.beta2}).eps(c.eps).weight_decay(wd));
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, opts(c.weight_decay));
+  groups.emplace_back(no_decay, opts(0.0));
+  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(c.lr));
+}
+
+double train_lm(const LmTrainConfig& c) {
+  if (c.batch <= 0 || c.accum <= 0 || c.seq_len <= 1 || c.steps <= 0)
+    fail("batch, accum, steps must be positive and seq_len > 1");
+  if (c.seq_len > c.model.max_position_embeddings)
+    fail("seq_len ", c.seq_len, " exceeds the model's max_position_embeddings ", c.model.max_position_embeddings);
+  if (c.threads > 0) at::set_num_threads(c.threads);
+  torch::manual_seed(c.seed);
+  const bool bf16 = use_bf16(c.precision);
+  TokenShards train = TokenShards::open(c.data, "train", c.domains);
+  check_tokenizer_matches(c, train);
+
+  CausalLM model(c.model);
+  model->init_weights(c.init_std, c.seed);
+  if (!c.init_from.empty()) load_hf_weights(model, c.init_from);
+
+  auto opt_ptr = build_optimizer(model, c);
+  torch::optim::AdamW& opt = *opt_ptr;
+  LrSchedule sched{c.lr, c.warmup, c.steps, c.min_lr_ratio};
+
+  fs::create_directories(c.out);
+  int64_t step = 0, tokens = 0;
+  if (c.resume) {
+    auto ck = latest_checkpoint(c.out);
+    if (!ck) fail(c.out, ": --resume given but the run has no checkpoint");
+    CheckpointState st = load_checkpoint(*ck, *model, opt);
+    step = st.step;
+    tokens = st.tokens;
+    std::fprintf(stderr, "resumed from %s at step %ld\n", ck->c_str(), long(step));
+  } else if (latest_checkpoint(c.out)) {
+    fail(c.out, ": holds checkpoints of an earlier run; pass --resume to continue it or choose another --out");
+  }
+  const std::string cfg_text = c.to_json().dump(2) + "\n";
+  write_file_atomic((fs::path(c.out) / "train_config.json").string(), cfg_text.data(), cfg_text.size());
+
+  Progress progress(c.steps, (fs::path(c.out) / "train_log.jsonl").string(), c.resume);
+  if (!c.resume)
+    progress.event({{"event", "start"}, {"parameters", model->num_parameters()}, {"precision", bf16 ? "bf16" : "f32"},
+                    {"threads", at::get_num_threads()}, {"train_tokens", train.size()}});
+  double last_loss = 0;
+  int64_t run_steps = 0;
+  auto checkpoint = [&] {
+    save_checkpoint(c.out, *model, opt, CheckpointState{step, tokens, c.to_json()});
+  };
+  model->train();
+  while (step < c.steps) {
+    const double lr = sched.at(step);
+    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+    opt.zero_grad();
+    double loss_sum = 0;
+    for (int m = 0; m < c.accum; ++m) {
+      auto batch = sample_batch(train, c, step, m);
+      auto loss = lm_loss(model, batch, bf16) / double(c.accum);
+      loss.backward();
+      loss_sum += loss.item<double>();
+      tokens += int64_t(c.batch) * c.seq_len;
+    }
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(model->parameters(), c.clip);
+    opt.step();
+    last_loss = loss_sum;
+    progress.step(step, tokens, {{"loss", loss_sum}, {"lr", lr}, {"grad_norm", grad_norm}});
+    ++step;
+    ++run_steps;
+    if (step % c.save_every == 0 || step == c.steps || run_steps == c.stop_after) checkpoint();
+    if (c.eval_every > 0 && (step % c.eval_every == 0 || step == c.steps)) {
+      torch::NoGradGuard ng;
+      model->eval();
+      json losses;
+      for (const auto& [domain, n] : train.domain_sizes()) {
+        TokenShards val = TokenShards::open(c.data, "validation", {domain});
+        double sum = 0;
+        int count = 0;
+        const int64_t span = c.seq_len + 1;
+        for (int w = 0; w < c.eval_windows && val.size() > span; ++w) {
+          const int64_t start = (val.size() - span) * w / std::max(1, c.eval_windows);
+          auto win = torch::empty({1, span}, torch::kInt32);
+          val.copy(start, span, win.data_ptr<int32_t>());
+          sum += lm_loss(model, win.to(torch::kInt64), bf16).item<double>();
+          ++count;
+        }
+        if (count) losses[domain] = sum / count;
+      }
+      progress.event({{"event", "eval"}, {"step", step}, {"validation_loss", losses}});
+      model->train();
+    }
+    if (run_steps == c.stop_after) break;
+  }
+  progress.finish();
+  if (step == c.steps) {
+    save_hf(model, (fs::path(c.out) / "model").string(), DType::BF16, c.tokenizer);
+    progress.event({{"event", "done"}, {"step", step}, {"model", (fs::path(c.out) / "model").string()}});
+  }
+  return last_loss;
+}
+
+json evaluate_lm(const std::string& model_dir, const std::string& data, const std::string& split, int windows,
+                 int seq_len) {
+  ModelConfig mc = ModelConfig::from_dir(model_dir);
+  CausalLM model(mc);
+  load_hf_weights(model, model_dir);
+  model->eval();
+  torch::NoGradGuard ng;
+  TokenShards all = TokenShards::open(data, split);
+  json out;
+  for (const auto& [domain, n] : all.domain_sizes()) {
+    TokenShards d = TokenShards::open(data, split, {domain});
+    const int64_t span = seq_len + 1;
+    double sum = 0;
+    int count = 0;
+    for (int w = 0; w < windows && d.size() > span; ++w) {
+      const int64_t start = (d.size() - span) * w / std::max(1, windows);
+      auto win = torch::empty({1, span}, torch::kInt32);
+      d.copy(start, span, win.data_ptr<int32_t>());
+      sum += lm_loss(model, win.to(torch::kInt64), false).item<double>();
+      ++count;
+    }
+    if (count) out[domain] = {{"loss", sum / count}, {"perplexity", std::exp(sum / count)}, {"windows", count}};
+  }
+  return out;
+}
+
+}  // namespace dspark::train

@@ -1,0 +1,180 @@
+// dspark-train: the training binary (linked with libtorch; the engine never is).
+// Reached as `dspark train <command>`.
+#include <torch/torch.h>
+
+#include <malloc.h>
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <sstream>
+
+#include "cli/args.h"
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "core/timer.h"
+#include "train/lm_trainer.h"
+
+namespace dspark::train {
+namespace {
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+int cmd_lm(int argc, char** argv) {
+  Args a;
+  a.flag("config", "model config.json (HF fields: architectures, hidden_size, ...)")
+      .flag("init", "start from the weights of this HF model directory")
+      .flag("tokenizer", "tokenizer.json the corpus was tokenized with")
+      .flag("data", "tokenized corpus directory (dspark corpus tokenize)")
+      .flag("domains", "comma-separated domains to train on (default: all)")
+      .flag("out", "run directory (checkpoints, train_log.jsonl, model/)")
+      .flag("steps", "optimizer steps", true, "1000")
+      .flag("batch", "sequences per micro-batch", true, "8")
+      .flag("accum", "micro-batches per optimizer step", true, "1")
+      .flag("seq-len", "tokens per sequence", true, "512")
+      .flag("lr", "peak learning rate", true, "1e-3")
+      .flag("min-lr-ratio", "final learning rate as a fraction of the peak", true, "0.1")
+      .flag("warmup", "linear warmup steps", true, "100")
+      .flag("weight-decay", "AdamW decoupled weight decay (matrices only)", true, "0.1")
+      .flag("clip", "gradient norm clipping", true, "1.0")
+      .flag("init-std", "standard deviation of initial weights", true, "0.02")
+      .flag("seed", "seed for initialisation and data order", true, "1234")
+      .flag("precision", "auto, f32 or bf16 (autocast; auto = bf16 only where the CPU has AMX/AVX512-BF16)", true, "auto")
+      .flag("threads", "compute threads (0: libtorch's default)", true, "0")
+      .flag("eval-every", "steps between validation evaluations (0: never)", true, "200")
+      .flag("eval-windows", "validation windows per domain", true, "16")
+      .flag("save-every", "steps between checkpoints", true, "200")
+      .flag("stop-after", "stop after this many steps of this run, with a checkpoint (-1: run to the end)", true, "-1")
+      .flag("resume", "continue the run in --out from its latest checkpoint", false);
+  a.parse(argc, argv);
+  if (a.help_requested()) {
+    std::cout << a.usage("train lm", "Trains a Qwen3/Llama target model on a tokenized corpus and writes\nOUT/model, an HF directory the engine loads.");
+    return 0;
+  }
+  LmTrainConfig c;
+  c.model = ModelConfig::from_file(a.str("config"));
+  if (auto i = a.opt("init")) c.init_from = *i;
+  c.tokenizer = a.str("tokenizer");
+  c.data = a.str("data");
+  if (auto d = a.opt("domains")) c.domains = split_list(*d);
+  c.out = a.str("out");
+  c.steps = a.integer("steps");
+  c.batch = int(a.integer("batch"));
+  c.accum = int(a.integer("accum"));
+  c.seq_len = int(a.integer("seq-len"));
+  c.lr = a.number("lr");
+  c.min_lr_ratio = a.number("min-lr-ratio");
+  c.warmup = a.integer("warmup");
+  c.weight_decay = a.number("weight-decay");
+  c.clip = a.number("clip");
+  c.init_std = a.number("init-std");
+  c.seed = uint64_t(a.integer("seed"));
+  c.precision = a.str("precision");
+  c.threads = int(a.integer("threads"));
+  c.eval_every = a.integer("eval-every");
+  c.eval_windows = int(a.integer("eval-windows"));
+  c.save_every = a.integer("save-every");
+  c.stop_after = a.integer("stop-after");
+  c.resume = a.on("resume");
+  const double loss = train_lm(c);
+  std::printf("final loss %.4f\n", loss);
+  return 0;
+}
+
+int cmd_eval(int argc, char** argv) {
+  Args a;
+  a.flag("model", "HF model directory").flag("data", "tokenized corpus directory")
+      .flag("split", "corpus split", true, "validation").flag("windows", "windows per domain", true, "64")
+      .flag("seq-len", "tokens per window", true, "512").flag("threads", "threads (0: default)", true, "0");
+  a.parse(argc, argv);
+  if (a.help_requested()) {
+    std::cout << a.usage("train eval", "Per-domain next-token loss and perplexity of a model on a corpus split.");
+    return 0;
+  }
+  if (a.integer("threads") > 0) at::set_num_threads(int(a.integer("threads")));
+  auto j = evaluate_lm(a.str("model"), a.str("data"), a.str("split"), int(a.integer("windows")), int(a.integer("seq-len")));
+  std::cout << j.dump(2) << "\n";
+  return 0;
+}
+
+// The matrix rate libtorch reaches on this CPU, in f32 and bf16, at a training-like shape.
+int cmd_bench_matmul(int argc, char** argv) {
+  Args a;
+  a.flag("m", "rows", true, "4096").flag("k", "inner dimension", true, "512").flag("n", "columns", true, "1536")
+      .flag("threads", "threads (0: default)", true, "0").flag("seconds", "time per dtype", true, "3");
+  a.parse(argc, argv);
+  if (a.help_requested()) {
+    std::cout << a.usage("train bench-matmul", "Measures libtorch's f32 and bf16 matrix-multiply rate.");
+    return 0;
+  }
+  if (a.integer("threads") > 0) at::set_num_threads(int(a.integer("threads")));
+  const int64_t m = a.integer("m"), k = a.integer("k"), n = a.integer("n");
+  nlohmann::json out = {{"m", m}, {"k", k}, {"n", n}, {"threads", at::get_num_threads()}};
+  for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
+    auto x = torch::randn({m, k}).to(dt), w = torch::randn({k, n}).to(dt);
+    torch::matmul(x, w);
+    int iters = 0;
+    const double t0 = now_seconds();
+    while (now_seconds() - t0 < a.number("seconds")) {
+      torch::matmul(x, w);
+      ++iters;
+    }
+    const double gflops = 2.0 * double(m) * k * n * iters / (now_seconds() - t0) / 1e9;
+    out[dt == torch::kFloat32 ? "f32_gflops" : "bf16_gflops"] = gflops;
+  }
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace dspark::train
+
+int main(int argc, char** argv) {
+  // Training allocates and frees the same large activation tensors every step; keep them in
+  // the heap instead of returning them to the kernel (page faults and zeroing cost ~8%).
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  struct Cmd {
+    const char* name;
+    const char* summary;
+    int (*run)(int, char**);
+  };
+  const Cmd cmds[] = {
+      {"lm", "train a target language model on a tokenized corpus", dspark::train::cmd_lm},
+      {"eval", "per-domain validation loss and perplexity of a model", dspark::train::cmd_eval},
+      {"bench-matmul", "libtorch f32 and bf16 matrix-multiply rate on this CPU", dspark::train::cmd_bench_matmul},
+  };
+  auto usage = [&](FILE* f) {
+    std::fprintf(f, "usage: dspark train <command> [flags]   (dspark train <command> --help)\n\ncommands:\n");
+    for (const auto& c : cmds) std::fprintf(f, "  %-13s %s\n", c.name, c.summary);
+  };
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : cmds) {
+    if (std::strcmp(argv[1], c.name)) continue;
+    try {
+      return c.run(argc - 2, argv + 2);
+    } catch (const dspark::Error& e) {
+      std::fprintf(stderr, "dspark train %s: error: %s\n", c.name, e.what());
+      return 1;
+    } catch (const c10::Error& e) {
+      std::fprintf(stderr, "dspark train %s: libtorch error: %s\n", c.name, e.what_without_backtrace());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dspark train %s: internal error: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "dspark train: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

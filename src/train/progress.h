@@ -1,0 +1,32 @@
+// Training progress: a one-line progress bar on stderr and a JSONL log of every step.
+#pragma once
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace dspark::train {
+
+class Progress {
+ public:
+  // log_path may be empty (no log). `append` keeps an existing log (resumed runs).
+  Progress(int64_t total_steps, const std::string& log_path, bool append);
+  ~Progress();
+  // Records one step; `fields` must hold "loss" and may hold anything else.
+  void step(int64_t step, int64_t tokens, nlohmann::json fields);
+  void event(nlohmann::json fields);  // e.g. evaluation results, checkpoints
+  void finish();
+
+ private:
+  int64_t total_;
+  FILE* log_ = nullptr;
+  bool tty_;
+  double start_;
+  double last_print_ = 0;
+  int64_t start_step_ = -1;
+  int64_t start_tokens_ = 0;
+};
+
+std::string format_duration(double seconds);
+
+}  // namespace dspark::train

@@ -32,10 +32,13 @@ inline __m256 load_v8(const void* vb, int64_t idx) {
   return _mm256_loadu_ps(static_cast<const float*>(vb) + idx);
 }
 
-// s[g][0..16) = q_g · K[:, 0..16) for G query vectors (rows of q, stride hd).
+// s[g][0..16) = q_g · K[:, 0..16) for G (1 or 2) query vectors (rows of q, stride hd).
+// Each vector's sum runs in the same order whatever G is (two head-dimension halves, two key
+// halves), so a row's scores do not depend on which rows share its tile: with f32 weights and
+// cache, a token's logits are the same in a verification batch as in plain decoding.
 template <int G, bool kBf16>
 inline void scores(const void* kt, const float* q, int hd, float* s) {
-  constexpr int kSplit = G == 4 ? 1 : G == 2 ? 2 : 4;  // head-dimension splits per vector
+  constexpr int kSplit = 2;
   __m256 a[G][kSplit][2];
   DSPARK_UNROLL_ATT
   for (int g = 0; g < G; ++g)
@@ -57,14 +60,8 @@ inline void scores(const void* kt, const float* q, int hd, float* s) {
   }
   DSPARK_UNROLL_ATT
   for (int g = 0; g < G; ++g) {
-    __m256 r0 = a[g][0][0], r1 = a[g][0][1];
-    DSPARK_UNROLL_ATT
-    for (int p = 1; p < kSplit; ++p) {
-      r0 = _mm256_add_ps(r0, a[g][p][0]);
-      r1 = _mm256_add_ps(r1, a[g][p][1]);
-    }
-    _mm256_storeu_ps(s + g * kKvBlock, r0);
-    _mm256_storeu_ps(s + g * kKvBlock + 8, r1);
+    _mm256_storeu_ps(s + g * kKvBlock, _mm256_add_ps(a[g][0][0], a[g][1][0]));
+    _mm256_storeu_ps(s + g * kKvBlock + 8, _mm256_add_ps(a[g][0][1], a[g][1][1]));
   }
 }
 
@@ -136,15 +133,8 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     // Scores: groups of query vectors share each K load; eight independent accumulator chains
     // (query vectors x key halves x head-dimension splits) keep the FMA units busy.
     int qi = 0;
-    for (; qi + 4 <= nq; qi += 4) scores<4, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
-    if (nq - qi == 3) {
-      scores<2, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
-      scores<1, kBf16>(kt, qs + (qi + 2) * hd, hd, s + (qi + 2) * kKvBlock);
-    } else if (nq - qi == 2) {
-      scores<2, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
-    } else if (nq - qi == 1) {
-      scores<1, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
-    }
+    for (; qi + 2 <= nq; qi += 2) scores<2, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    if (qi < nq) scores<1, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
     // Mask and online softmax: s becomes the block's probabilities, o is rescaled.
     for (qi = 0; qi < nq; ++qi) {
       const int lim = std::min(nkeys, visible[qi / group] - b0);

@@ -188,8 +188,11 @@ void gemm_dot(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* 
     const int n0 = t * kDotChunk;
     const int nrows = std::min(kDotChunk, w.n - n0);
     const uint8_t* wt = wbase + n0 * ldw_bytes;
-    if (m == 1 && kvec > 0) dot_single_row<kBf16>(xa, wt, ldw_bytes, nrows, kvec, y + n0, !accumulate);
-    for (int64_t k0 = 0; k0 < kvec && m > 1; k0 += kDotKc) {
+    // bf16 decode streams rows one by one; f32 keeps the tile kernel even for one row so
+    // that every row is summed in the same order whatever the batch (see gemm_avx2 below).
+    const bool single = kBf16 && m == 1;
+    if (single && kvec > 0) dot_single_row<kBf16>(xa, wt, ldw_bytes, nrows, kvec, y + n0, !accumulate);
+    for (int64_t k0 = 0; k0 < kvec && !single; k0 += kDotKc) {
       const int64_t k1 = std::min(kvec, k0 + kDotKc);
       const bool store = (k0 == 0) && !accumulate;
       float* yt = y + n0;
@@ -354,6 +357,10 @@ void gemm_packed(const float* x, int m, int64_t ldx, const WeightMatrix& w, floa
 void gemm_avx2(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
                bool accumulate) {
   const bool bf16 = w.dtype == DType::BF16;
+  // f32 weights are the exact mode: each output is summed by the same instruction sequence
+  // whatever m is (the dot kernel's accumulation per output does not depend on the tiling),
+  // so a row's result never depends on the rest of the batch. bf16 picks kernels by speed.
+  if (!bf16) return gemm_dot<false>(x, m, ldx, w, y, ldy, accumulate);
   if (m <= kDotMaxRows) {
     if (bf16) gemm_dot<true>(x, m, ldx, w, y, ldy, accumulate);
     else gemm_dot<false>(x, m, ldx, w, y, ldy, accumulate);

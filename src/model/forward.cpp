@@ -14,27 +14,6 @@
 
 namespace dspark {
 
-namespace {
-
-// DSPARK_PROFILE=1 prints, at exit, where forward time went (by operation).
-struct OpProfile {
-  bool on = std::getenv("DSPARK_PROFILE") != nullptr;
-  double seconds[8] = {};
-  const char* names[8] = {"norms", "qkv gemm", "rope+kv write", "attention", "o gemm", "gate_up gemm", "silu", "down gemm"};
-  double lm_head = 0;
-  ~OpProfile() {
-    if (!on) return;
-    double total = lm_head;
-    for (double t : seconds) total += t;
-    std::fprintf(stderr, "forward profile (%.3f s):\n", total);
-    for (int i = 0; i < 8; ++i) std::fprintf(stderr, "  %-14s %8.3f s %5.1f%%\n", names[i], seconds[i], 100 * seconds[i] / total);
-    std::fprintf(stderr, "  %-14s %8.3f s %5.1f%%\n", "lm_head", lm_head, 100 * lm_head / total);
-  }
-};
-OpProfile g_profile;
-
-}  // namespace
-
 void Batch::clear() {
   tokens.clear();
   positions.clear();
@@ -62,11 +41,7 @@ void Forward::ensure_capacity(int n, int n_out, int n_taps) {
     cap_rows_ = std::max(n, 16);
     const size_t rows = size_t(cap_rows_);
     h_.resize(rows * size_t(H));
-    xn_.resize(rows * size_t(H));
-    qkv_.resize(rows * size_t(c.q_dim() + 2 * c.kv_dim()));
-    attn_.resize(rows * size_t(c.q_dim()));
-    gate_up_.resize(rows * size_t(2 * c.intermediate_size));
-    act_.resize(rows * size_t(c.intermediate_size));
+    scratch_.ensure(c, cap_rows_, H);
     cos_.resize(rows * size_t(c.head_dim / 2));
     sin_.resize(rows * size_t(c.head_dim / 2));
     visible_.resize(rows);
@@ -102,8 +77,7 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
   if (n == 0) return out_;
   ensure_capacity(n, n_out, n_taps);
 
-  const int64_t H = c.hidden_size, hd = c.head_dim, half = hd / 2;
-  const int64_t qkv_ld = c.q_dim() + 2 * c.kv_dim();
+  const int64_t H = c.hidden_size;
   for (int i = 0; i < n; ++i) {
     if (b.tokens[size_t(i)] < 0 || b.tokens[size_t(i)] >= c.vocab_size)
       fail("batch: token id ", b.tokens[size_t(i)], " is outside the vocabulary (", c.vocab_size, ")");
@@ -126,16 +100,7 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
            kv_.length(b.seq_ids[size_t(i)]));
   }
 
-  // RoPE angles per row: position * inv_freq in f32, as the HF reference computes them.
-  const std::vector<float>& inv = model_.rope_inv_freq();
-  for (int i = 0; i < n; ++i) {
-    const float pos = float(b.positions[size_t(i)]);
-    for (int64_t j = 0; j < half; ++j) {
-      const float a = pos * inv[size_t(j)];
-      cos_[size_t(i * half + j)] = std::cos(a);
-      sin_[size_t(i * half + j)] = std::sin(a);
-    }
-  }
+  rope_tables(model_.rope_inv_freq(), b.positions.data(), n, cos_.data(), sin_.data());
 
   float* h = h_.data();
   embed_rows(model_.embed().data, model_.dtype(), int(H), b.tokens.data(), n, h, H);
@@ -149,54 +114,9 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
     }
   };
   tap(-1);
-
-  AttentionRows rows{n, tables_.data(), visible_.data()};
-  const float scale = 1.f / std::sqrt(float(hd));
-  const int row_chunk = 16;
-  const int row_tasks = (n + row_chunk - 1) / row_chunk;
+  const LayerRows rows{n, b.positions.data(), tables_.data(), visible_.data(), cos_.data(), sin_.data()};
   for (int l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& L = model_.layer(l);
-    const PagedKvLayer kvl = kv_.layer(l);
-    const bool prof = g_profile.on;
-    double t = prof ? now_seconds() : 0;
-    auto mark = [&](int op) {
-      if (!prof) return;
-      const double now = now_seconds();
-      g_profile.seconds[op] += now - t;
-      t = now;
-    };
-    rmsnorm(h, H, L.attn_norm, xn_.data(), H, n, int(H), c.rms_norm_eps);
-    mark(0);
-    gemm(xn_.data(), n, H, L.qkv, qkv_.data(), qkv_ld);
-    mark(1);
-    // Per-row: q/k norm (Qwen3), RoPE, and the K/V write into the paged cache.
-    parallel_for(row_tasks, [&](int task) {
-      for (int i = task * row_chunk; i < std::min(n, (task + 1) * row_chunk); ++i) {
-        float* qr = qkv_.data() + int64_t(i) * qkv_ld;
-        float* kr = qr + c.q_dim();
-        float* vr = kr + c.kv_dim();
-        if (c.qk_norm) {
-          rmsnorm(qr, hd, L.q_norm, qr, hd, c.num_heads, int(hd), c.rms_norm_eps);
-          rmsnorm(kr, hd, L.k_norm, kr, hd, c.num_kv_heads, int(hd), c.rms_norm_eps);
-        }
-        rope(qr, 0, 1, c.num_heads, int(hd), cos_.data() + i * half, sin_.data() + i * half);
-        rope(kr, 0, 1, c.num_kv_heads, int(hd), cos_.data() + i * half, sin_.data() + i * half);
-        kv_write(kvl, tables_[size_t(i)], b.positions[size_t(i)], kr, vr);
-      }
-    });
-    mark(2);
-    attention(kvl, rows, qkv_.data(), qkv_ld, c.num_heads, scale, attn_.data(), c.q_dim());
-    mark(3);
-    gemm(attn_.data(), n, c.q_dim(), L.o, h, H, /*accumulate=*/true);
-    mark(4);
-    rmsnorm(h, H, L.mlp_norm, xn_.data(), H, n, int(H), c.rms_norm_eps);
-    mark(0);
-    gemm(xn_.data(), n, H, L.gate_up, gate_up_.data(), 2 * c.intermediate_size);
-    mark(5);
-    silu_mul(gate_up_.data(), 2 * c.intermediate_size, act_.data(), c.intermediate_size, n, c.intermediate_size);
-    mark(6);
-    gemm(act_.data(), n, c.intermediate_size, L.down, h, H, /*accumulate=*/true);
-    mark(7);
+    decoder_layer(c, model_.layer(l), kv_.layer(l), rows, h, scratch_);
     tap(l);
   }
 
@@ -205,9 +125,7 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
       std::memcpy(gathered_.data() + int64_t(o) * H, h + int64_t(b.output_rows[size_t(o)]) * H, size_t(H) * 4);
     rmsnorm(gathered_.data(), H, model_.final_norm(), final_.data(), H, n_out, int(H), c.rms_norm_eps);
     if (req.logits) {
-      const double t0 = g_profile.on ? now_seconds() : 0;
       gemm(final_.data(), n_out, H, model_.lm_head(), logits_.data(), c.vocab_size);
-      if (g_profile.on) g_profile.lm_head += now_seconds() - t0;
       out_.logits = logits_.data();
     }
     if (req.final_hidden) out_.final_hidden = final_.data();

@@ -6,6 +6,7 @@
 
 #include "core/buffer.h"
 #include "model/kv_cache.h"
+#include "model/layer.h"
 #include "model/model.h"
 
 namespace dspark {
@@ -69,7 +70,8 @@ class Forward {
   KvCache& kv_;
   ForwardOutput out_;
   int cap_rows_ = 0, cap_out_ = 0, cap_taps_ = 0;
-  Buffer<float> h_, xn_, qkv_, attn_, gate_up_, act_, cos_, sin_;
+  Buffer<float> h_, cos_, sin_;
+  LayerScratch scratch_;
   Buffer<float> gathered_, logits_, taps_, final_;
   Buffer<int32_t> visible_;
   Buffer<const int32_t*> tables_;

@@ -9,19 +9,9 @@
 #include "kernels/gemm.h"
 #include "model/config.h"
 #include "model/weight_source.h"
+#include "model/weights.h"
 
 namespace dspark {
-
-struct LayerWeights {
-  WeightMatrix qkv;      // [q_dim + 2 kv_dim, H]: q_proj, k_proj, v_proj stacked
-  WeightMatrix o;        // [H, q_dim]
-  WeightMatrix gate_up;  // [2 I, H]: gate_proj, up_proj stacked
-  WeightMatrix down;     // [H, I]
-  const float* attn_norm = nullptr;  // [H]
-  const float* mlp_norm = nullptr;   // [H]
-  const float* q_norm = nullptr;     // [head_dim] (Qwen3)
-  const float* k_norm = nullptr;     // [head_dim] (Qwen3)
-};
 
 struct LoadOptions {
   DType dtype = DType::BF16;  // how matrices are held: BF16 (default) or F32
@@ -42,15 +32,13 @@ class Model {
   const WeightMatrix& lm_head() const { return lm_head_; }  // [V, H] (the embedding when tied)
   const float* final_norm() const { return final_norm_; }
   const std::vector<float>& rope_inv_freq() const { return inv_freq_; }
-  size_t weight_bytes() const { return matrix_bytes_; }  // bytes of all matrices held
+  size_t weight_bytes() const { return arena_->bytes_used(); }  // bytes of all matrices held
 
  private:
   ModelConfig cfg_;
   DType dtype_ = DType::BF16;
   std::string path_;
-  HugeBuffer matrices_;
-  size_t matrix_bytes_ = 0;
-  std::vector<float> norms_;
+  std::unique_ptr<WeightArena> arena_;
   std::vector<LayerWeights> layers_;
   WeightMatrix embed_, lm_head_;
   const float* final_norm_ = nullptr;

@@ -174,5 +174,48 @@ TEST(Reference, BatchedEqualsAlone) {
   }
 }
 
+// With f32 weights a row's logits are bit-identical whether it is decoded alone or verified
+// together with other rows of its sequence and of other sequences: speculative greedy output
+// can then be token-identical to plain greedy decoding.
+TEST(Reference, F32RowsAreBatchInvariant) {
+  for (const Reference& r : refs()) {
+    auto m = Model::load(r.dir, LoadOptions{DType::F32});
+    const ModelConfig& c = m->config();
+    const auto& prompt = r.prompts[2];   // 40 tokens
+    const auto& other = r.prompts[3];    // 150 tokens, a second sequence
+    const size_t split = 25;
+    // Plain decoding: prefill the first `split` tokens, then one token per step.
+    KvCache kv(c.num_layers, c.num_kv_heads, c.head_dim, DType::F32, 2048);
+    Forward fwd(*m, kv);
+    int seq = kv.create_sequence();
+    Batch b;
+    for (size_t i = 0; i < split; ++i) b.add(prompt[i], int(i), seq, false);
+    fwd.run(b, {});
+    std::vector<std::vector<float>> single;
+    for (size_t i = split; i < prompt.size(); ++i) {
+      b.clear();
+      b.add(prompt[i], int(i), seq, true);
+      const ForwardOutput& o = fwd.run(b, {});
+      single.emplace_back(o.logits_row(0), o.logits_row(0) + c.vocab_size);
+    }
+    // Verification style: the same rows in one batch, next to another sequence's rows.
+    KvCache kv2(c.num_layers, c.num_kv_heads, c.head_dim, DType::F32, 4096);
+    Forward fwd2(*m, kv2);
+    int s1 = kv2.create_sequence(), s2 = kv2.create_sequence();
+    b.clear();
+    for (size_t i = 0; i < split; ++i) b.add(prompt[i], int(i), s1, false);
+    fwd2.run(b, {});
+    b.clear();
+    for (size_t i = 0; i < 37; ++i) b.add(other[i], int(i), s2, false);
+    for (size_t i = split; i < prompt.size(); ++i) b.add(prompt[i], int(i), s1, true);
+    for (size_t i = 37; i < 60; ++i) b.add(other[i], int(i), s2, false);
+    const ForwardOutput& o = fwd2.run(b, {});
+    ASSERT_EQ(size_t(o.n_out), single.size());
+    for (size_t k = 0; k < single.size(); ++k)
+      for (int v = 0; v < c.vocab_size; ++v)
+        ASSERT_EQ(o.logits_row(int(k))[v], single[k][size_t(v)]) << r.dir << " row " << k << " token " << v;
+  }
+}
+
 }  // namespace
 }  // namespace dspark

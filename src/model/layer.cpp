@@ -1,0 +1,122 @@
+#include "model/layer.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+
+namespace dspark {
+
+namespace {
+
+// DSPARK_PROFILE=1 prints, at exit, where layer time went (by operation).
+struct OpProfile {
+  bool on = std::getenv("DSPARK_PROFILE") != nullptr;
+  double seconds[8] = {};
+  const char* names[8] = {"norms", "qkv gemm", "rope+kv write", "attention", "o gemm", "gate_up gemm", "silu", "down gemm"};
+  ~OpProfile() {
+    if (!on) return;
+    double total = 0;
+    for (double t : seconds) total += t;
+    std::fprintf(stderr, "decoder layer profile (%.3f s):\n", total);
+    for (int i = 0; i < 8; ++i) std::fprintf(stderr, "  %-14s %8.3f s %5.1f%%\n", names[i], seconds[i], 100 * seconds[i] / total);
+  }
+};
+OpProfile g_profile;
+
+struct Marker {
+  double t = g_profile.on ? now_seconds() : 0;
+  void operator()(int op) {
+    if (!g_profile.on) return;
+    const double now = now_seconds();
+    g_profile.seconds[op] += now - t;
+    t = now;
+  }
+};
+
+// q/k norm (Qwen3), RoPE, and (when `write_kv`) the K/V write, per row.
+void qk_rope_write(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
+                   float* qkv, int64_t ld, int64_t k_offset, bool has_q) {
+  const int64_t hd = c.head_dim, half = hd / 2;
+  const int chunk = 16;
+  parallel_for((rows.n + chunk - 1) / chunk, [&](int task) {
+    for (int i = task * chunk; i < std::min(rows.n, (task + 1) * chunk); ++i) {
+      float* row = qkv + int64_t(i) * ld;
+      float* kr = row + k_offset;
+      float* vr = kr + c.kv_dim();
+      if (c.qk_norm) {
+        if (has_q) rmsnorm(row, hd, L.q_norm, row, hd, c.num_heads, int(hd), c.rms_norm_eps);
+        rmsnorm(kr, hd, L.k_norm, kr, hd, c.num_kv_heads, int(hd), c.rms_norm_eps);
+      }
+      if (has_q) rope(row, 0, 1, c.num_heads, int(hd), rows.cos + i * half, rows.sin + i * half);
+      rope(kr, 0, 1, c.num_kv_heads, int(hd), rows.cos + i * half, rows.sin + i * half);
+      kv_write(kv, rows.tables[i], rows.positions[i], kr, vr);
+    }
+  });
+}
+
+}  // namespace
+
+void LayerScratch::ensure(const ModelConfig& c, int n, int64_t in) {
+  const size_t rows = size_t(std::max(n, 1));
+  xn.resize(rows * size_t(std::max<int64_t>(in, c.hidden_size)));
+  qkv.resize(rows * size_t(c.q_dim() + 2 * c.kv_dim()));
+  attn.resize(rows * size_t(c.q_dim()));
+  gate_up.resize(rows * size_t(2 * c.intermediate_size));
+  act.resize(rows * size_t(c.intermediate_size));
+}
+
+void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, int n, float* cos, float* sin) {
+  const size_t half = inv_freq.size();
+  for (int i = 0; i < n; ++i) {
+    const float pos = float(positions[i]);
+    for (size_t j = 0; j < half; ++j) {
+      const float a = pos * inv_freq[j];
+      cos[size_t(i) * half + j] = std::cos(a);
+      sin[size_t(i) * half + j] = std::sin(a);
+    }
+  }
+}
+
+void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
+                   float* h, LayerScratch& s) {
+  const int n = rows.n;
+  const int64_t H = c.hidden_size, qkv_ld = c.q_dim() + 2 * c.kv_dim();
+  s.ensure(c, n, H);
+  Marker mark;
+  rmsnorm(h, H, L.attn_norm, s.xn.data(), H, n, int(H), c.rms_norm_eps);
+  mark(0);
+  gemm(s.xn.data(), n, H, L.qkv, s.qkv.data(), qkv_ld);
+  mark(1);
+  qk_rope_write(c, L, kv, rows, s.qkv.data(), qkv_ld, c.q_dim(), /*has_q=*/true);
+  mark(2);
+  attention(kv, AttentionRows{n, rows.tables, rows.visible}, s.qkv.data(), qkv_ld, c.num_heads,
+            1.f / std::sqrt(float(c.head_dim)), s.attn.data(), c.q_dim());
+  mark(3);
+  gemm(s.attn.data(), n, c.q_dim(), L.o, h, H, /*accumulate=*/true);
+  mark(4);
+  rmsnorm(h, H, L.mlp_norm, s.xn.data(), H, n, int(H), c.rms_norm_eps);
+  mark(0);
+  gemm(s.xn.data(), n, H, L.gate_up, s.gate_up.data(), 2 * c.intermediate_size);
+  mark(5);
+  silu_mul(s.gate_up.data(), 2 * c.intermediate_size, s.act.data(), c.intermediate_size, n, c.intermediate_size);
+  mark(6);
+  gemm(s.act.data(), n, c.intermediate_size, L.down, h, H, /*accumulate=*/true);
+  mark(7);
+}
+
+void inject_context_kv(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
+                       const float* x, LayerScratch& s) {
+  if (rows.n == 0) return;
+  const int64_t H = c.hidden_size, kv2 = 2 * c.kv_dim();
+  s.ensure(c, rows.n, H);
+  // The K and V rows of the fused qkv matrix.
+  gemm(x, rows.n, H, L.qkv.rows(c.q_dim(), int(kv2)), s.qkv.data(), kv2);
+  qk_rope_write(c, L, kv, rows, s.qkv.data(), kv2, 0, /*has_q=*/false);
+}
+
+}  // namespace dspark

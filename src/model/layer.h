@@ -1,0 +1,45 @@
+// One pre-norm transformer decoder layer (Qwen3 / Llama) over a set of rows of many sequences,
+// on the paged KV cache. Shared by the target forward and the drafters.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/buffer.h"
+#include "kernels/attention.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace dspark {
+
+// The rows of one layer call: position, block table and visible prefix of each row, and
+// RoPE tables (head_dim / 2 values per row).
+struct LayerRows {
+  int n = 0;
+  const int32_t* positions = nullptr;
+  const int32_t* const* tables = nullptr;
+  const int32_t* visible = nullptr;
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+};
+
+// Scratch buffers of a layer call; grow to the largest n seen, then are reused.
+struct LayerScratch {
+  Buffer<float> xn, qkv, attn, gate_up, act;
+  void ensure(const ModelConfig& c, int n, int64_t in);
+};
+
+// cos/sin of position * inv_freq (f32, as HF computes them), half = inv_freq.size() per row.
+void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, int n, float* cos, float* sin);
+
+// h[n, H] += attention(input_layernorm(h)); h += mlp(post_attention_layernorm(h)).
+// Writes the rows' K/V into `kv` at their positions before attending.
+void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
+                   float* h, LayerScratch& s);
+
+// DFlash/DSpark context injection: K = k_norm(W_k x) with RoPE and V = W_v x for context rows
+// x[n, H] (already fused and normed by the drafter), written into `kv`. No queries.
+void inject_context_kv(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
+                       const float* x, LayerScratch& s);
+
+}  // namespace dspark

@@ -1,0 +1,91 @@
+#include "model/weights.h"
+
+#include "core/error.h"
+
+namespace dspark {
+
+namespace {
+size_t align64(size_t b) { return (b + 63) / 64 * 64; }
+}  // namespace
+
+WeightArena::WeightArena(DType dtype, size_t matrix_bytes) : dtype_(dtype), matrices_(matrix_bytes) {
+  if (dtype != DType::BF16 && dtype != DType::F32) fail("weights can be held as bf16 or f32, not ", dtype_name(dtype));
+}
+
+size_t WeightArena::matrix_bytes(DType dtype, int64_t rows, int64_t cols) {
+  return align64(size_t(rows * cols) * dtype_size(dtype));
+}
+
+WeightMatrix WeightArena::take(int64_t rows, int64_t cols) {
+  const size_t bytes = matrix_bytes(dtype_, rows, cols);
+  if (used_ + bytes > matrices_.bytes()) fail("internal: weight arena too small");
+  WeightMatrix w{dtype_, int(rows), int(cols), cols, static_cast<uint8_t*>(matrices_.data()) + used_};
+  used_ += bytes;
+  return w;
+}
+
+void WeightArena::fill(const WeightSource& src, const std::string& name, WeightMatrix& w, int64_t row0, int64_t rows) {
+  src.read(name, {rows, w.k}, dtype_,
+           static_cast<uint8_t*>(const_cast<void*>(w.data)) + size_t(row0 * w.ld) * dtype_size(dtype_), w.ld);
+}
+
+WeightMatrix WeightArena::matrix(const WeightSource& src, const std::string& name, int64_t rows, int64_t cols) {
+  WeightMatrix w = take(rows, cols);
+  fill(src, name, w, 0, rows);
+  return w;
+}
+
+const float* WeightArena::vector(const WeightSource& src, const std::string& name, int64_t n) {
+  return f32(src, name, {n});
+}
+
+const float* WeightArena::f32(const WeightSource& src, const std::string& name, const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  auto& v = vectors_.emplace_back(static_cast<size_t>(n));
+  src.read(name, shape, DType::F32, v.data(), shape.empty() ? 1 : shape.back());
+  return v.data();
+}
+
+size_t decoder_layer_bytes(const ModelConfig& c, DType dtype, int64_t in) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size;
+  return WeightArena::matrix_bytes(dtype, c.q_dim() + 2 * c.kv_dim(), in) + WeightArena::matrix_bytes(dtype, H, c.q_dim()) +
+         WeightArena::matrix_bytes(dtype, 2 * I, H) + WeightArena::matrix_bytes(dtype, H, I);
+}
+
+std::vector<std::string> decoder_layer_names(const ModelConfig& c, const std::string& p) {
+  std::vector<std::string> n;
+  for (const char* s : {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                        "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"})
+    n.push_back(p + s);
+  if (c.qk_norm) {
+    n.push_back(p + "self_attn.q_norm.weight");
+    n.push_back(p + "self_attn.k_norm.weight");
+  }
+  return n;
+}
+
+LayerWeights load_decoder_layer(const WeightSource& src, const std::string& p, const ModelConfig& c,
+                                WeightArena& arena, int64_t in) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
+  LayerWeights L;
+  L.qkv = arena.take(q + 2 * kv, in);
+  arena.fill(src, p + "self_attn.q_proj.weight", L.qkv, 0, q);
+  arena.fill(src, p + "self_attn.k_proj.weight", L.qkv, q, kv);
+  arena.fill(src, p + "self_attn.v_proj.weight", L.qkv, q + kv, kv);
+  L.o = arena.matrix(src, p + "self_attn.o_proj.weight", H, q);
+  L.gate_up = arena.take(2 * I, H);
+  arena.fill(src, p + "mlp.gate_proj.weight", L.gate_up, 0, I);
+  arena.fill(src, p + "mlp.up_proj.weight", L.gate_up, I, I);
+  L.down = arena.matrix(src, p + "mlp.down_proj.weight", H, I);
+  L.attn_norm = arena.vector(src, p + "input_layernorm.weight", H);
+  L.mlp_norm = arena.vector(src, p + "post_attention_layernorm.weight", H);
+  if (c.qk_norm) {
+    L.q_norm = arena.vector(src, p + "self_attn.q_norm.weight", c.head_dim);
+    L.k_norm = arena.vector(src, p + "self_attn.k_norm.weight", c.head_dim);
+  }
+  return L;
+}
+
+}  // namespace dspark

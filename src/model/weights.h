@@ -1,0 +1,62 @@
+// WeightArena: owns a model's (or drafter's) weights in one huge-page allocation, and reads
+// HF-named tensors into the kernels' layouts.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "kernels/gemm.h"
+#include "model/config.h"
+#include "model/weight_source.h"
+
+namespace dspark {
+
+struct LayerWeights {
+  WeightMatrix qkv;      // [q_dim + 2 kv_dim, in]: q_proj, k_proj, v_proj stacked
+  WeightMatrix o;        // [H, q_dim]
+  WeightMatrix gate_up;  // [2 I, H]: gate_proj, up_proj stacked
+  WeightMatrix down;     // [H, I]
+  const float* attn_norm = nullptr;  // [H]
+  const float* mlp_norm = nullptr;   // [H]
+  const float* q_norm = nullptr;     // [head_dim] (Qwen3)
+  const float* k_norm = nullptr;     // [head_dim] (Qwen3)
+};
+
+class WeightArena {
+ public:
+  // `matrix_bytes` is the capacity for matrices (see matrix_bytes()).
+  WeightArena(DType dtype, size_t matrix_bytes);
+  static size_t matrix_bytes(DType dtype, int64_t rows, int64_t cols);  // one matrix, aligned
+
+  DType dtype() const { return dtype_; }
+  // An uninitialised matrix [rows, cols] in the arena's dtype.
+  WeightMatrix take(int64_t rows, int64_t cols);
+  // Reads tensor `name` of shape [rows, cols] into rows [row0, row0+rows) of w.
+  void fill(const WeightSource& src, const std::string& name, WeightMatrix& w, int64_t row0, int64_t rows);
+  WeightMatrix matrix(const WeightSource& src, const std::string& name, int64_t rows, int64_t cols);
+  // A vector of f32 (norm weights, biases) read from `name` with `n` elements.
+  const float* vector(const WeightSource& src, const std::string& name, int64_t n);
+  // f32 storage of any shape (kept in f32 whatever the arena dtype), e.g. small heads.
+  const float* f32(const WeightSource& src, const std::string& name, const std::vector<int64_t>& shape);
+  size_t bytes_used() const { return used_; }
+
+ private:
+  DType dtype_;
+  HugeBuffer matrices_;
+  size_t used_ = 0;
+  std::deque<std::vector<float>> vectors_;
+};
+
+// Bytes of the matrices of one decoder layer whose attention input has `in` features.
+size_t decoder_layer_bytes(const ModelConfig& c, DType dtype, int64_t in);
+// Loads "<prefix>self_attn.q_proj.weight" etc. (HF names under `prefix`, e.g. "model.layers.3.").
+// `in` is the attention projections' input size (hidden_size, or 2 * hidden_size for EAGLE-3).
+LayerWeights load_decoder_layer(const WeightSource& src, const std::string& prefix, const ModelConfig& c,
+                                WeightArena& arena, int64_t in);
+// The names of one decoder layer's tensors under `prefix`.
+std::vector<std::string> decoder_layer_names(const ModelConfig& c, const std::string& prefix);
+
+}  // namespace dspark

@@ -2,6 +2,8 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <map>
+#include <optional>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -10,7 +12,14 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/gemm.h"
+#include "core/mmap_file.h"
+#include "model/forward.h"
+#include "runtime/generate.h"
+#include "runtime/spec_generate.h"
 #include "runtime/step_profile.h"
+#include "spec/drafter.h"
+#include "spec/length_policy.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dspark {
 
@@ -151,13 +160,175 @@ int bench_memory(int argc, char** argv) {
   return 0;
 }
 
+struct BenchPrompt {
+  std::string category;
+  std::string text;
+};
+
+// Reads MT-Bench / Spec-Bench JSONL ({"category", "turns": [...]}, first turn) or dspark
+// corpus prompts ({"domain", "prompt"}).
+std::vector<BenchPrompt> read_prompts(const std::string& path, int limit) {
+  std::vector<BenchPrompt> out;
+  std::string text = read_text_file(path);
+  size_t line_no = 0, start = 0;
+  while (start < text.size() && (limit <= 0 || int(out.size()) < limit)) {
+    size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    start = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) fail(path, ":", line_no, ": malformed JSON line");
+    BenchPrompt p;
+    if (j.contains("turns") && j["turns"].is_array() && !j["turns"].empty() && j["turns"][0].is_string()) {
+      p.text = j["turns"][0].get<std::string>();
+      p.category = j.value("category", std::string("all"));
+    } else if (j.contains("prompt") && j["prompt"].is_string()) {
+      p.text = j["prompt"].get<std::string>();
+      p.category = j.value("domain", j.value("category", std::string("all")));
+    } else {
+      fail(path, ":", line_no, ": expected a 'turns' list or a 'prompt' string");
+    }
+    out.push_back(std::move(p));
+  }
+  if (out.empty()) fail(path, ": no prompts");
+  return out;
+}
+
+int bench_spec(int argc, char** argv) {
+  Args args;
+  args.flag("model", "target model directory")
+      .flag("speculative-config", "vLLM-style speculative config JSON")
+      .flag("prompts", "JSONL prompts (MT-Bench / Spec-Bench format, or dspark corpus prompts)")
+      .flag("max-tokens", "tokens generated per prompt", true, "128")
+      .flag("temperature", "sampling temperature (0: greedy)", true, "0")
+      .flag("top-p", "nucleus sampling mass", true, "1")
+      .flag("top-k", "top-k (0: off)", true, "0")
+      .flag("seed", "random seed", true, "0")
+      .flag("limit", "use the first K prompts (0: all)", true, "0")
+      .flag("raw", "use the prompt text as is, without the chat template", false)
+      .flag("json", "print JSON", false);
+  add_runtime_flags(args);
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage("bench spec",
+                            "Runs every prompt twice in the same run, plain and speculative, and reports acceptance,\n"
+                            "tok/s and speedup, split by category; also the cost of a drafting round relative to\n"
+                            "a target step, and how many outputs are token-identical.");
+    return 0;
+  }
+  const DType dtype = apply_runtime_flags(args);
+  const std::string dir = args.str("model");
+  auto tok = Tokenizer::from_dir(dir);
+  auto model = Model::load(dir, LoadOptions{dtype});
+  const ModelConfig& cfg = model->config();
+  SpecConfig spec = SpecConfig::parse(args.str("speculative-config"));
+  auto drafter = load_drafter(spec, *model, dtype);
+  std::unique_ptr<VerifyLengthPolicy> policy;
+  if (spec.confidence_threshold > 0) policy = std::make_unique<StaticThresholdPolicy>(spec.confidence_threshold);
+  else policy = std::make_unique<FullBlockPolicy>();
+  auto prompts = read_prompts(args.str("prompts"), int(args.integer("limit")));
+  GenerateParams gp;
+  gp.max_tokens = int(args.integer("max-tokens"));
+  gp.sampling.temperature = float(args.number("temperature"));
+  gp.sampling.top_p = float(args.number("top-p"));
+  gp.sampling.top_k = int(args.integer("top-k"));
+  gp.sampling.seed = uint64_t(args.integer("seed"));
+  gp.sampling.validate();
+  gp.stop_token_ids = cfg.eos_token_ids;
+  const bool raw = args.on("raw");
+  std::optional<ChatFormat> fmt;
+  if (!raw) {
+    fmt = detect_chat_format(*tok);
+    for (int32_t id : chat_stop_tokens(*tok, *fmt)) gp.stop_token_ids.push_back(id);
+  }
+  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype, 1 << 16);
+  Forward fwd(*model, kv);
+
+  struct Totals {
+    int prompts = 0, identical = 0;
+    int64_t plain_tokens = 0, spec_tokens = 0;
+    double plain_s = 0, spec_s = 0;
+    SpecMetrics m;
+  };
+  std::map<std::string, Totals> by_cat;
+  Totals all;
+  const bool json = args.on("json");
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto& p = prompts[i];
+    std::vector<int32_t> ids = raw ? tok->encode(p.text, true) : tok->encode(apply_chat_template(*fmt, {{"user", p.text}}, true));
+    int seq = kv.create_sequence();
+    GenerateResult plain = generate(fwd, seq, *tok, ids, gp);
+    kv.free_sequence(seq);
+    seq = kv.create_sequence();
+    SpecMetrics m;
+    GenerateResult sp = spec_generate(fwd, seq, *tok, ids, gp, *drafter, spec, *policy, m);
+    kv.free_sequence(seq);
+    for (Totals* t : {&by_cat[p.category], &all}) {
+      t->prompts++;
+      t->identical += plain.tokens == sp.tokens;
+      t->plain_tokens += int64_t(plain.tokens.size());
+      t->spec_tokens += int64_t(sp.tokens.size());
+      t->plain_s += plain.decode_seconds;
+      t->spec_s += sp.decode_seconds;
+      t->m.merge(m);
+    }
+    if (!json)
+      std::fprintf(stderr, "[%zu/%zu] %-14s plain %6.1f tok/s  spec %6.1f tok/s  %.2f tokens/round\n", i + 1, prompts.size(),
+                   p.category.c_str(), plain.tokens.size() / std::max(plain.decode_seconds, 1e-9),
+                   sp.tokens.size() / std::max(sp.decode_seconds, 1e-9), m.mean_accepted_length());
+  }
+  auto summary = [&](const Totals& t) {
+    const double plain_tps = t.plain_tokens / std::max(t.plain_s, 1e-9), spec_tps = t.spec_tokens / std::max(t.spec_s, 1e-9);
+    const double step_ms = 1e3 * t.plain_s / std::max<int64_t>(t.plain_tokens, 1);
+    const double draft_ms = 1e3 * t.m.draft_seconds / std::max<int64_t>(t.m.rounds, 1);
+    nlohmann::json j = t.m.to_json();
+    j["prompts"] = t.prompts;
+    j["identical_outputs"] = t.identical;
+    j["plain_tok_s"] = plain_tps;
+    j["spec_tok_s"] = spec_tps;
+    j["speedup"] = spec_tps / std::max(plain_tps, 1e-9);
+    j["target_step_ms"] = step_ms;
+    j["draft_ms_per_round"] = draft_ms;
+    j["draft_cost_vs_target_step"] = draft_ms / std::max(step_ms, 1e-9);
+    return j;
+  };
+  nlohmann::json out;
+  out["model"] = dir;
+  out["method"] = spec_method_name(spec.method);
+  out["num_speculative_tokens"] = spec.num_speculative_tokens;
+  out["temperature"] = gp.sampling.temperature;
+  out["dtype"] = dtype_name(dtype);
+  out["max_tokens"] = gp.max_tokens;
+  out["all"] = summary(all);
+  for (const auto& [cat, t] : by_cat) out["categories"][cat] = summary(t);
+  if (json) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%-16s %7s %10s %10s %8s %10s %9s\n", "category", "prompts", "plain t/s", "spec t/s", "speedup",
+              "tok/round", "identical");
+  auto row = [](const std::string& name, const nlohmann::json& j) {
+    std::printf("%-16s %7d %10.1f %10.1f %7.2fx %10.2f %6d/%-3d\n", name.c_str(), j["prompts"].get<int>(),
+                j["plain_tok_s"].get<double>(), j["spec_tok_s"].get<double>(), j["speedup"].get<double>(),
+                j["mean_accepted_length"].get<double>(), j["identical_outputs"].get<int>(), j["prompts"].get<int>());
+  };
+  for (const auto& [cat, j] : out["categories"].items()) row(cat, j);
+  row("all", out["all"]);
+  std::printf("drafting round %.2f ms = %.2fx a target step (%.2f ms)\n", out["all"]["draft_ms_per_round"].get<double>(),
+              out["all"]["draft_cost_vs_target_step"].get<double>(), out["all"]["target_step_ms"].get<double>());
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
   const std::string usage =
       "usage: dspark bench <what> [flags]\n\n"
       "  step     target step latency vs batch shape (SPS curve), prefill tok/s, decode roofline\n"
-      "  memory   DRAM read bandwidth\n";
+      "  memory   DRAM read bandwidth\n"
+      "  spec     plain vs speculative generation over a prompt set (acceptance, speedup)\n";
   if (argc < 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
     std::cout << usage;
     return argc < 1 ? 2 : 0;
@@ -165,6 +336,7 @@ int cmd_bench(int argc, char** argv) {
   const std::string what = argv[0];
   if (what == "step") return bench_step(argc - 1, argv + 1);
   if (what == "memory") return bench_memory(argc - 1, argv + 1);
+  if (what == "spec") return bench_spec(argc - 1, argv + 1);
   fail("unknown benchmark '", what, "'\n", usage);
 }
 

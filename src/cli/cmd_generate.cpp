@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -9,6 +10,9 @@
 #include "core/mmap_file.h"
 #include "model/forward.h"
 #include "runtime/generate.h"
+#include "runtime/spec_generate.h"
+#include "spec/drafter.h"
+#include "spec/length_policy.h"
 
 namespace dspark {
 
@@ -27,6 +31,7 @@ int cmd_generate(int argc, char** argv) {
       .flag("seed", "random seed", true, "0")
       .flag("stop", "stop before this string (repeatable)")
       .flag("kv-tokens", "KV cache capacity in tokens", true, "32768")
+      .flag("speculative-config", "vLLM-style JSON: {\"method\": \"dspark\", \"model\": DIR, \"num_speculative_tokens\": 8, ...}")
       .flag("json", "print one JSON object instead of streaming text", false);
   add_runtime_flags(args);
   args.parse(argc, argv);
@@ -74,13 +79,26 @@ int cmd_generate(int argc, char** argv) {
   Forward fwd(*model, kv);
   const int seq = kv.create_sequence();
   const bool json_out = args.on("json");
-  GenerateResult r = generate(fwd, seq, *tok, prompt, gp, [&](const std::string& piece) {
+  auto stream = [&](const std::string& piece) {
     if (!json_out) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     }
     return true;
-  });
+  };
+  GenerateResult r;
+  SpecMetrics metrics;
+  std::optional<SpecConfig> spec;
+  if (auto sc = args.opt("speculative-config")) {
+    spec = SpecConfig::parse(*sc);
+    auto drafter = load_drafter(*spec, *model, dtype);
+    std::unique_ptr<VerifyLengthPolicy> policy;
+    if (spec->confidence_threshold > 0) policy = std::make_unique<StaticThresholdPolicy>(spec->confidence_threshold);
+    else policy = std::make_unique<FullBlockPolicy>();
+    r = spec_generate(fwd, seq, *tok, prompt, gp, *drafter, *spec, *policy, metrics, stream);
+  } else {
+    r = generate(fwd, seq, *tok, prompt, gp, stream);
+  }
   const double prefill_tok_s = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
   const double decode_tok_s = r.decode_seconds > 0 ? double(r.tokens.size()) / r.decode_seconds : 0;
   if (json_out) {
@@ -92,11 +110,20 @@ int cmd_generate(int argc, char** argv) {
     j["finish_reason"] = r.finish_reason;
     j["prefill_tok_s"] = prefill_tok_s;
     j["decode_tok_s"] = decode_tok_s;
+    if (spec) {
+      j["speculative"] = metrics.to_json();
+      j["speculative"]["method"] = spec_method_name(spec->method);
+      j["speculative"]["num_speculative_tokens"] = spec->num_speculative_tokens;
+    }
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
     std::fprintf(stdout, "\n");
     std::fprintf(stderr, "[%d prompt tokens, %.1f tok/s prefill; %zu tokens, %.2f tok/s decode; %s]\n",
                  r.prompt_tokens, prefill_tok_s, r.tokens.size(), decode_tok_s, r.finish_reason.c_str());
+    if (spec)
+      std::fprintf(stderr, "[%s: %ld rounds, %.2f tokens per round, %.0f%% of drafts accepted]\n",
+                   spec_method_name(spec->method), long(metrics.rounds), metrics.mean_accepted_length(),
+                   metrics.drafted ? 100.0 * double(metrics.accepted) / double(metrics.drafted) : 0.0);
   }
   return 0;
 }

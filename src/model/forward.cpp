@@ -125,7 +125,10 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
       std::memcpy(gathered_.data() + int64_t(o) * H, h + int64_t(b.output_rows[size_t(o)]) * H, size_t(H) * 4);
     rmsnorm(gathered_.data(), H, model_.final_norm(), final_.data(), H, n_out, int(H), c.rms_norm_eps);
     if (req.logits) {
-      gemm(final_.data(), n_out, H, model_.lm_head(), logits_.data(), c.vocab_size);
+      // Rows before the last `logits_last` get no logits (prefill with taps needs only one).
+      const int skip = req.logits_last >= 0 ? std::max(0, n_out - req.logits_last) : 0;
+      gemm(final_.data() + int64_t(skip) * H, n_out - skip, H, model_.lm_head(), logits_.data() + int64_t(skip) * c.vocab_size,
+           c.vocab_size);
       out_.logits = logits_.data();
     }
     if (req.final_hidden) out_.final_hidden = final_.data();

@@ -34,6 +34,7 @@ struct ForwardRequest {
   // before the final norm); -1 is the embedding output.
   std::vector<int> tap_layers;
   bool logits = true;
+  int logits_last = -1;       // logits only for the last this-many output rows (-1: all)
   bool final_hidden = false;  // the final-normed hidden state of each output row
 };
 

@@ -82,23 +82,27 @@ void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, i
   }
 }
 
-void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
-                   float* h, LayerScratch& s) {
+void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
+                     const float* xn, int64_t in, float* residual, LayerScratch& s) {
   const int n = rows.n;
   const int64_t H = c.hidden_size, qkv_ld = c.q_dim() + 2 * c.kv_dim();
-  s.ensure(c, n, H);
+  s.ensure(c, n, in);
   Marker mark;
-  rmsnorm(h, H, L.attn_norm, s.xn.data(), H, n, int(H), c.rms_norm_eps);
-  mark(0);
-  gemm(s.xn.data(), n, H, L.qkv, s.qkv.data(), qkv_ld);
+  gemm(xn, n, in, L.qkv, s.qkv.data(), qkv_ld);
   mark(1);
   qk_rope_write(c, L, kv, rows, s.qkv.data(), qkv_ld, c.q_dim(), /*has_q=*/true);
   mark(2);
   attention(kv, AttentionRows{n, rows.tables, rows.visible}, s.qkv.data(), qkv_ld, c.num_heads,
             1.f / std::sqrt(float(c.head_dim)), s.attn.data(), c.q_dim());
   mark(3);
-  gemm(s.attn.data(), n, c.q_dim(), L.o, h, H, /*accumulate=*/true);
+  gemm(s.attn.data(), n, c.q_dim(), L.o, residual, H, /*accumulate=*/true);
   mark(4);
+}
+
+void mlp_block(const ModelConfig& c, const LayerWeights& L, int n, float* h, LayerScratch& s) {
+  const int64_t H = c.hidden_size;
+  s.ensure(c, n, H);
+  Marker mark;
   rmsnorm(h, H, L.mlp_norm, s.xn.data(), H, n, int(H), c.rms_norm_eps);
   mark(0);
   gemm(s.xn.data(), n, H, L.gate_up, s.gate_up.data(), 2 * c.intermediate_size);
@@ -107,6 +111,17 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLay
   mark(6);
   gemm(s.act.data(), n, c.intermediate_size, L.down, h, H, /*accumulate=*/true);
   mark(7);
+}
+
+void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
+                   float* h, LayerScratch& s) {
+  const int64_t H = c.hidden_size;
+  s.ensure(c, rows.n, H);
+  Marker mark;
+  rmsnorm(h, H, L.attn_norm, s.xn.data(), H, rows.n, int(H), c.rms_norm_eps);
+  mark(0);
+  attention_block(c, L, kv, rows, s.xn.data(), H, h, s);
+  mlp_block(c, L, rows.n, h, s);
 }
 
 void inject_context_kv(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,

@@ -37,6 +37,13 @@ void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, i
 void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
                    float* h, LayerScratch& s);
 
+// The attention half of a layer on inputs that are already normed: xn[n, in] -> qkv ->
+// q/k norm, RoPE, K/V write -> attention -> residual[n, H] += o_proj(attn).
+void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
+                     const float* xn, int64_t in, float* residual, LayerScratch& s);
+// The MLP half: h[n, H] += down(silu(gate(post_norm(h))) * up(post_norm(h))).
+void mlp_block(const ModelConfig& c, const LayerWeights& L, int n, float* h, LayerScratch& s);
+
 // DFlash/DSpark context injection: K = k_norm(W_k x) with RoPE and V = W_v x for context rows
 // x[n, H] (already fused and normed by the drafter), written into `kv`. No queries.
 void inject_context_kv(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,

@@ -49,6 +49,22 @@ void Sampler::distribution(const float* logits, int vocab, const SamplingParams&
   for (int i = 0; i < vocab; ++i) order_[size_t(i)] = i;
   const int limit = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
   int kept = limit;
+  if (p.top_p >= 1.f && limit == vocab) {
+    // Nothing to cut by rank: keep every token, in id order (no sort).
+    float mx_p = 0.f;
+    for (int i = 0; i < vocab; ++i) mx_p = std::max(mx_p, probs_[size_t(i)]);
+    const float floor_all = p.min_p * mx_p;
+    double mass = 0;
+    for (int i = 0; i < vocab; ++i) {
+      if (probs_[size_t(i)] < floor_all || probs_[size_t(i)] == 0.f) continue;
+      out.ids.push_back(i);
+      out.probs.push_back(probs_[size_t(i)]);
+      mass += probs_[size_t(i)];
+    }
+    const float renorm_all = float(1.0 / mass);
+    for (float& q : out.probs) q *= renorm_all;
+    return;
+  }
   if (p.top_p >= 1.f) {
     std::partial_sort(order_.begin(), order_.begin() + limit, order_.end(), by_prob);
   } else if (limit < vocab) {
@@ -100,6 +116,25 @@ int32_t Sampler::draw(const TokenDist& dist, Rng& rng) {
     if (u < cum) return dist.ids[i];
   }
   return dist.ids.back();
+}
+
+void Sampler::dense(const float* logits, int vocab, const SamplingParams& p, float* probs) {
+  std::fill(probs, probs + vocab, 0.f);
+  distribution(logits, vocab, p, scratch_);
+  for (size_t i = 0; i < scratch_.ids.size(); ++i) probs[scratch_.ids[i]] = scratch_.probs[i];
+}
+
+int32_t Sampler::draw_dense(const float* probs, int vocab, Rng& rng) {
+  const double u = rng.uniform();
+  double cum = 0;
+  int32_t last = -1;
+  for (int i = 0; i < vocab; ++i) {
+    if (probs[i] <= 0.f) continue;
+    cum += probs[i];
+    last = i;
+    if (u < cum) return i;
+  }
+  return last;  // rounding: the last token with mass
 }
 
 int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p, Rng& rng) {

@@ -36,6 +36,11 @@ class Sampler {
   void distribution(const float* logits, int vocab, const SamplingParams& p, TokenDist& out);
   // Draws a token from `dist` with one uniform from rng.
   static int32_t draw(const TokenDist& dist, Rng& rng);
+  // The same distribution over the whole vocabulary: probs[vocab], zero outside the kept set
+  // (greedy: one-hot on the argmax).
+  void dense(const float* logits, int vocab, const SamplingParams& p, float* probs);
+  // Draws from a dense distribution with one uniform from rng.
+  static int32_t draw_dense(const float* probs, int vocab, Rng& rng);
   // distribution() then draw(); greedy returns the argmax without touching rng.
   int32_t sample(const float* logits, int vocab, const SamplingParams& p, Rng& rng);
 

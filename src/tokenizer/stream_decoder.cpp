@@ -1,3 +1,4 @@
+#include "core/error.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_util.h"
 
@@ -11,7 +12,11 @@ std::string StreamDecoder::push(int32_t id) {
   // tokens); a sampled padding id has no text, and a stream must not fail on it.
   if (id < 0 || id >= tok_.vocab_size()) return {};
   if (skip_special_ && tok_.is_special(id)) return {};
-  pending_ += tok_.token_bytes(id);
+  try {
+    pending_ += tok_.token_bytes(id);
+  } catch (const Error&) {
+    return {};  // an id inside the range that no token has (a gap in the vocabulary)
+  }
   std::string out;
   // Everything up to a trailing, still-completable UTF-8 sequence is final: concatenating the
   // pieces gives exactly Tokenizer::decode of all ids.

@@ -38,7 +38,7 @@ class Tokenizer {
 
 // Turns a stream of token ids into text pieces without splitting UTF-8 characters:
 // bytes of an incomplete character are held back until the character completes.
-// Ids outside the tokenizer's vocabulary (a model's padding rows) produce no text.
+// Ids no token has (a model's padding rows, gaps in the id range) produce no text.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tok, bool skip_special_tokens = false);

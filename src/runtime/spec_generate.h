@@ -1,0 +1,34 @@
+// Speculative generation of one sequence: draft -> choose lengths -> one target pass -> verify
+// -> commit, until a stop. The output distribution is exactly the target's.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "runtime/generate.h"
+#include "spec/drafter.h"
+#include "spec/length_policy.h"
+#include "spec/spec_config.h"
+
+namespace dspark {
+
+struct SpecMetrics {
+  int64_t rounds = 0;    // verification passes
+  int64_t drafted = 0;   // drafted tokens that were verified
+  int64_t proposed = 0;  // drafted tokens, verified or cut by the length policy
+  int64_t accepted = 0;  // accepted drafts (bonus / correction tokens not included)
+  std::vector<int64_t> verified_at, accepted_at;  // per draft position 1..K
+  double draft_seconds = 0, verify_seconds = 0, other_seconds = 0;
+
+  // Tokens emitted per round, counting the bonus: (accepted + rounds) / rounds.
+  double mean_accepted_length() const { return rounds ? double(accepted + rounds) / double(rounds) : 0.0; }
+  nlohmann::json to_json() const;
+  void merge(const SpecMetrics& o);
+};
+
+// Generates like generate(), speculatively. `seq` is the target's KV sequence (empty).
+GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<const int32_t> prompt,
+                             const GenerateParams& params, Drafter& drafter, const SpecConfig& spec,
+                             VerifyLengthPolicy& policy, SpecMetrics& metrics, const TextCallback& on_text = nullptr);
+
+}  // namespace dspark

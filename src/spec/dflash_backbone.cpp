@@ -1,0 +1,116 @@
+#include "spec/dflash_backbone.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+
+namespace dspark {
+
+std::vector<std::string> dflash_backbone_names(const DrafterConfig& cfg) {
+  std::vector<std::string> n{"fc.weight", "hidden_norm.weight", "norm.weight", "embed_tokens.weight", "lm_head.weight"};
+  for (int i = 0; i < cfg.layers.num_layers; ++i)
+    for (auto& s : decoder_layer_names(cfg.layers, "layers." + std::to_string(i) + ".")) n.push_back(s);
+  return n;
+}
+
+DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
+                               size_t arena_extra, int64_t kv_tokens)
+    : cfg_(cfg),
+      kv_(cfg.layers.num_layers, cfg.layers.num_kv_heads, cfg.layers.head_dim, dtype, kv_tokens) {
+  const ModelConfig& L = cfg.layers;
+  const ModelConfig& T = target.config();
+  const int64_t H = L.hidden_size, feat = int64_t(cfg.target_layer_ids.size()) * T.hidden_size;
+  if (H != T.hidden_size)
+    fail(cfg.path, ": the drafter's hidden_size ", H, " differs from the target's ", T.hidden_size);
+  if (L.vocab_size != T.vocab_size)
+    fail(cfg.path, ": the drafter's vocab_size ", L.vocab_size, " differs from the target's ", T.vocab_size);
+  if (cfg.mask_token_id >= T.vocab_size)
+    fail(cfg.path, ": field 'mask_token_id' ", cfg.mask_token_id, " is outside the target's vocabulary (", T.vocab_size, ")");
+  for (int id : cfg.target_layer_ids)
+    if (id < -1 || id >= T.num_layers)
+      fail(cfg.path, ": target layer id ", id, " is outside the target's layers [-1, ", T.num_layers - 1, "]");
+  const bool own_embed = src.has("embed_tokens.weight"), own_head = src.has("lm_head.weight");
+  size_t bytes = WeightArena::matrix_bytes(dtype, H, feat) + decoder_layer_bytes(L, dtype, H) * size_t(L.num_layers) + arena_extra;
+  if (own_embed) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
+  if (own_head) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
+  arena_ = std::make_unique<WeightArena>(dtype, bytes);
+  fc_ = arena_->matrix(src, "fc.weight", H, feat);
+  hidden_norm_ = arena_->vector(src, "hidden_norm.weight", H);
+  for (int i = 0; i < L.num_layers; ++i)
+    layers_.push_back(load_decoder_layer(src, "layers." + std::to_string(i) + ".", L, *arena_, H));
+  norm_ = arena_->vector(src, "norm.weight", H);
+  if (own_embed) {
+    own_embed_ = arena_->matrix(src, "embed_tokens.weight", T.vocab_size, H);
+    embed_ = &own_embed_;
+  } else {
+    embed_ = &target.embed();
+  }
+  if (own_head) {
+    own_lm_head_ = arena_->matrix(src, "lm_head.weight", T.vocab_size, H);
+    lm_head_ = &own_lm_head_;
+  } else {
+    lm_head_ = &target.lm_head();
+  }
+  inv_freq_ = L.rope_inv_freq();
+}
+
+int DflashBackbone::new_sequence() { return kv_.create_sequence(); }
+void DflashBackbone::free_sequence(int seq) { kv_.free_sequence(seq); }
+
+void DflashBackbone::add_context(int seq, const float* feats, int rows, int width, int pos) {
+  if (rows == 0) return;
+  const ModelConfig& L = cfg_.layers;
+  const int64_t H = L.hidden_size;
+  if (width != fc_.k) fail("drafter: context features have width ", width, ", fc expects ", fc_.k);
+  if (kv_.length(seq) != pos) fail("drafter: context rows start at ", pos, " but the draft cache holds ", kv_.length(seq));
+  ctx_.resize(size_t(rows) * size_t(H));
+  gemm(feats, rows, width, fc_, ctx_.data(), H);
+  rmsnorm(ctx_.data(), H, hidden_norm_, ctx_.data(), H, rows, int(H), L.rms_norm_eps);
+  kv_.reserve(seq, pos + rows);
+  kv_.set_length(seq, pos + rows);
+  pos_.resize(size_t(rows));
+  tables_.resize(size_t(rows));
+  const size_t half = inv_freq_.size();
+  cos_.resize(size_t(rows) * half);
+  sin_.resize(size_t(rows) * half);
+  for (int i = 0; i < rows; ++i) {
+    pos_[size_t(i)] = pos + i;
+    tables_[size_t(i)] = kv_.block_table(seq);
+  }
+  rope_tables(inv_freq_, pos_.data(), rows, cos_.data(), sin_.data());
+  const LayerRows lr{rows, pos_.data(), tables_.data(), nullptr, cos_.data(), sin_.data()};
+  for (int l = 0; l < L.num_layers; ++l) inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
+}
+
+const float* DflashBackbone::run_block(int seq, std::span<const int32_t> tokens, int p0) {
+  const ModelConfig& L = cfg_.layers;
+  const int n = int(tokens.size());
+  const int64_t H = L.hidden_size;
+  if (kv_.length(seq) != p0) fail("drafter: the block starts at ", p0, " but the context ends at ", kv_.length(seq));
+  kv_.reserve(seq, p0 + n);
+  kv_.set_length(seq, p0 + n);
+  h_.resize(size_t(n) * size_t(H));
+  out_.resize(size_t(n) * size_t(H));
+  embed_rows(embed_->data, embed_->dtype, int(H), tokens.data(), n, h_.data(), H);
+  pos_.resize(size_t(n));
+  vis_.resize(size_t(n));
+  tables_.resize(size_t(n));
+  const size_t half = inv_freq_.size();
+  cos_.resize(size_t(n) * half);
+  sin_.resize(size_t(n) * half);
+  for (int i = 0; i < n; ++i) {
+    pos_[size_t(i)] = p0 + i;
+    vis_[size_t(i)] = p0 + n;  // the whole block and all context: bidirectional within the block
+    tables_[size_t(i)] = kv_.block_table(seq);
+  }
+  rope_tables(inv_freq_, pos_.data(), n, cos_.data(), sin_.data());
+  const LayerRows lr{n, pos_.data(), tables_.data(), vis_.data(), cos_.data(), sin_.data()};
+  for (int l = 0; l < L.num_layers; ++l) decoder_layer(L, layers_[size_t(l)], kv_.layer(l), lr, h_.data(), scratch_);
+  kv_.truncate(seq, p0);  // keep context rows only
+  rmsnorm(h_.data(), H, norm_, out_.data(), H, n, int(H), L.rms_norm_eps);
+  return out_.data();
+}
+
+}  // namespace dspark

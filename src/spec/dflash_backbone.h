@@ -1,0 +1,63 @@
+// The parallel backbone shared by DSpark and DFlash: target features fused by `fc` and
+// `hidden_norm` are injected as K/V of every draft layer (context rows only, kept in the
+// draft KV cache); a block of [anchor, MASK x (n-1)] runs through the layers in one pass,
+// attending bidirectionally to itself and to all context before it.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/buffer.h"
+#include "model/kv_cache.h"
+#include "model/layer.h"
+#include "model/model.h"
+#include "model/weight_source.h"
+#include "spec/drafter_config.h"
+
+namespace dspark {
+
+class DflashBackbone {
+ public:
+  // Reads fc, hidden_norm, layers.*, norm (and embed_tokens / lm_head when the checkpoint has
+  // them; otherwise the target's are used) from `src`; `arena_extra` bytes are reserved for
+  // the caller's own matrices (e.g. the Markov head).
+  DflashBackbone(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
+                 size_t arena_extra, int64_t kv_tokens);
+
+  const DrafterConfig& config() const { return cfg_; }
+  WeightArena& arena() { return *arena_; }
+  const WeightMatrix& embed() const { return *embed_; }
+  const WeightMatrix& lm_head() const { return *lm_head_; }
+  int hidden() const { return cfg_.layers.hidden_size; }
+
+  int new_sequence();
+  void free_sequence(int seq);
+  // Appends context rows at positions [pos, pos + feats.rows) (features: taps concatenated).
+  void add_context(int seq, const float* feats, int rows, int width, int pos);
+  // Runs block tokens at positions [p0, p0 + n) over the sequence's context (which must end at
+  // p0); returns the final-normed hidden states [n, H]. Block K/V are dropped afterwards.
+  const float* run_block(int seq, std::span<const int32_t> tokens, int p0);
+
+ private:
+  DrafterConfig cfg_;
+  std::unique_ptr<WeightArena> arena_;
+  WeightMatrix fc_;
+  const float* hidden_norm_ = nullptr;
+  const float* norm_ = nullptr;
+  std::vector<LayerWeights> layers_;
+  WeightMatrix own_embed_, own_lm_head_;
+  const WeightMatrix* embed_ = nullptr;
+  const WeightMatrix* lm_head_ = nullptr;
+  std::vector<float> inv_freq_;
+  KvCache kv_;
+  LayerScratch scratch_;
+  Buffer<float> ctx_, h_, out_, cos_, sin_;
+  Buffer<int32_t> pos_, vis_;
+  Buffer<const int32_t*> tables_;
+};
+
+// The tensor names a DSpark/DFlash checkpoint may hold for the backbone.
+std::vector<std::string> dflash_backbone_names(const DrafterConfig& cfg);
+
+}  // namespace dspark

@@ -1,0 +1,73 @@
+// Drafter: what every drafting method implements (DSpark, DFlash, EAGLE-3, n-gram), in the
+// begin / propose / accept shape of llama.cpp's common/speculative.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+#include "sample/sampler.h"
+#include "spec/spec_config.h"
+
+namespace dspark {
+
+// Target hidden states for consecutive rows: the taps of the drafter's target_layers(),
+// concatenated per row in that order: [rows][n_taps * hidden].
+struct TargetFeatures {
+  const float* data = nullptr;
+  int rows = 0;
+  int width = 0;
+  const float* row(int i) const { return data + int64_t(i) * width; }
+};
+
+// How a round samples its drafts.
+struct DraftSampling {
+  bool probabilistic = false;  // sample from q (else argmax, q one-hot)
+  SamplingParams params;       // the request's temperature / top-k / top-p / min-p
+  Rng* rng = nullptr;          // the draft stream (independent of acceptance and residual draws)
+};
+
+// One round's proposal for one sequence.
+struct Draft {
+  std::vector<int32_t> tokens;    // x_1..x_k
+  std::vector<float> q;           // [k][vocab] the exact distributions sampled from; empty: one-hot on tokens
+  std::vector<float> confidence;  // c_1..c_k, P(x_k accepted | x_1..x_{k-1} accepted); empty without a head
+  int vocab = 0;
+
+  const float* q_row(int i) const { return q.data() + int64_t(i) * vocab; }
+  void clear() {
+    tokens.clear();
+    q.clear();
+    confidence.clear();
+  }
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual SpecMethod method() const = 0;
+  // Target layers whose outputs the drafter needs (0-based decoder-layer outputs, -1 = embeddings).
+  virtual const std::vector<int>& target_layers() const = 0;
+  virtual int max_draft_tokens() const = 0;  // the most one round can propose
+  virtual bool has_confidence() const { return false; }
+
+  // A new, empty sequence; returns its id.
+  virtual int begin() = 0;
+  // Prompt tokens (a chunk of them) at positions pos, pos+1, ... with their target features.
+  virtual void extend(int seq, std::span<const int32_t> tokens, int pos, const TargetFeatures& feats) = 0;
+  // Proposes k tokens to follow `anchor`, the last token the target produced, at position `pos`
+  // (its own target features do not exist yet).
+  virtual void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& sampling, Draft& out) = 0;
+  // After verification: `committed` (the anchor and the accepted drafts) now hold positions
+  // pos, pos+1, ..., with their target features (one row each).
+  virtual void accept(int seq, std::span<const int32_t> committed, int pos, const TargetFeatures& feats) = 0;
+  virtual void end(int seq) = 0;
+};
+
+// Loads the drafter a SpecConfig names, for `target`. Drafter matrices are held as `dtype`.
+// Errors name the drafter's file and the offending field or tensor.
+std::unique_ptr<Drafter> load_drafter(SpecConfig& cfg, const Model& target, DType dtype);
+
+}  // namespace dspark

@@ -1,0 +1,37 @@
+// DrafterConfig: the config.json of a drafter in any supported layout (DeepSpec DSpark,
+// z-lab DFlash, vLLM Speculators for DSpark/DFlash/EAGLE-3), normalised.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "spec/spec_config.h"
+
+namespace dspark {
+
+struct DrafterConfig {
+  SpecMethod method = SpecMethod::DSpark;
+  ModelConfig layers;              // the draft layers' transformer config (num_layers = draft depth)
+  std::vector<int> target_layer_ids;  // 0-based decoder-layer outputs of the target (-1: embeddings)
+  int num_target_layers = 0;       // the target's depth the drafter was built for (0: unknown)
+  int block_size = 0;              // DSpark: drafts per pass; DFlash: block incl. the anchor
+  int mask_token_id = -1;
+  int markov_rank = 0;
+  std::string markov_head_type = "vanilla";  // vanilla | gated | rnn
+  bool confidence_head = false;
+  bool confidence_with_markov = true;
+  std::vector<float> sts_temperatures;  // per-position confidence temperatures (calibration)
+  int draft_vocab_size = 0;        // EAGLE-3 (0: the target's)
+  bool norm_before_residual = true;   // EAGLE-3
+  int speculative_tokens = 0;      // the drafter's own default (0: none)
+  std::string format;              // "deepspec", "zlab", "speculators"
+  std::string path;                // the config.json read
+
+  static DrafterConfig load(const std::string& dir);
+  // DeepSpec-style config.json for a DSpark/DFlash drafter (what dspark's trainer writes).
+  nlohmann::json to_deepspec_json() const;
+};
+
+}  // namespace dspark

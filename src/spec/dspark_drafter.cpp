@@ -1,0 +1,177 @@
+// DSpark (DeepSeek, 2026): the DFlash-style backbone proposes a block from [anchor, MASK...]
+// in one pass (the anchor slot is the first prediction), then a low-rank Markov head samples
+// the block left to right, z_k = U_k + W2 W1[x_{k-1}], and a confidence head estimates each
+// token's conditional chance of acceptance, c_k = sigmoid(w . [h_k ; W1[x_{k-1}]] + b).
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+#include "spec/dflash_backbone.h"
+#include "spec/drafter.h"
+#include "spec/drafters.h"
+
+namespace dspark {
+
+namespace {
+
+float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+
+class DsparkDrafter : public Drafter {
+ public:
+  DsparkDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype)
+      : bb_(cfg, target, src, dtype, head_bytes(cfg, target, dtype), 1 << 20) {
+    const int64_t V = target.config().vocab_size, H = bb_.hidden(), r = cfg.markov_rank;
+    vocab_ = int(V);
+    WeightArena& a = bb_.arena();
+    if (r > 0) {
+      w1_ = a.matrix(src, "markov_head.markov_w1.weight", V, r);
+      w2_ = a.matrix(src, "markov_head.markov_w2.weight", V, r);
+      if (cfg.markov_head_type == "gated") {
+        gate_ = a.matrix(src, "markov_head.gate_proj.weight", r, H + r);
+        gate_bias_ = a.vector(src, "markov_head.gate_proj.bias", r);
+      } else if (cfg.markov_head_type == "rnn") {
+        joint_ = a.matrix(src, "markov_head.joint_proj.weight", 3 * r, 2 * r + H);
+        joint_bias_ = a.vector(src, "markov_head.joint_proj.bias", 3 * r);
+      }
+    }
+    if (cfg.confidence_head) {
+      const int64_t in = H + (cfg.confidence_with_markov ? r : 0);
+      conf_w_ = a.f32(src, "confidence_head.proj.weight", {1, in});
+      conf_b_ = *a.f32(src, "confidence_head.proj.bias", {1});
+    }
+    layers_ = cfg.target_layer_ids;
+  }
+
+  static size_t head_bytes(const DrafterConfig& cfg, const Model& target, DType dtype) {
+    const int64_t V = target.config().vocab_size, H = target.config().hidden_size, r = cfg.markov_rank;
+    if (r == 0) return 0;
+    size_t b = 2 * WeightArena::matrix_bytes(dtype, V, r);
+    if (cfg.markov_head_type == "gated") b += WeightArena::matrix_bytes(dtype, r, H + r);
+    if (cfg.markov_head_type == "rnn") b += WeightArena::matrix_bytes(dtype, 3 * r, 2 * r + H);
+    return b;
+  }
+
+  SpecMethod method() const override { return SpecMethod::DSpark; }
+  const std::vector<int>& target_layers() const override { return layers_; }
+  int max_draft_tokens() const override { return bb_.config().block_size; }
+  bool has_confidence() const override { return bb_.config().confidence_head; }
+
+  int begin() override { return bb_.new_sequence(); }
+  void extend(int seq, std::span<const int32_t>, int pos, const TargetFeatures& feats) override {
+    bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
+  }
+
+  void accept(int seq, std::span<const int32_t> committed, int pos, const TargetFeatures& feats) override {
+    (void)committed;
+    bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
+  }
+
+  void end(int seq) override { bb_.free_sequence(seq); }
+
+  void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds, Draft& out) override {
+    const DrafterConfig& cfg = bb_.config();
+    const int gamma = cfg.block_size;
+    if (k > gamma) fail("dspark: ", k, " drafts requested, the block holds ", gamma);
+    out.clear();
+    out.vocab = vocab_;
+    if (k <= 0) return;
+    block_.assign(size_t(gamma), cfg.mask_token_id);
+    block_[0] = anchor;  // the anchor slot is the first prediction
+    const float* h = bb_.run_block(seq, block_, pos);
+    const int64_t H = bb_.hidden(), V = vocab_, r = cfg.markov_rank;
+    // Base logits U_k for the slots that will be used.
+    logits_.resize(size_t(k) * size_t(V));
+    gemm(h, k, H, bb_.lm_head(), logits_.data(), V);
+    e_.resize(size_t(std::max<int64_t>(r, 1)));
+    ge_.resize(size_t(std::max<int64_t>(r, 1)));
+    feat_.resize(size_t(H + 2 * r + 1));
+    joint_out_.resize(size_t(3 * std::max<int64_t>(r, 1)));
+    state_.assign(size_t(std::max<int64_t>(r, 1)), 0.f);
+    bias_.resize(size_t(V));
+    if (ds.probabilistic) out.q.resize(size_t(k) * size_t(V));
+    int32_t prev = anchor;
+    for (int i = 0; i < k; ++i) {
+      float* z = logits_.data() + int64_t(i) * V;
+      const float* hi = h + int64_t(i) * H;
+      if (r > 0) {
+        embed_rows(w1_.data, w1_.dtype, int(r), &prev, 1, e_.data(), r);  // W1[x_{k-1}]
+        const float* head_in = e_.data();
+        if (cfg.markov_head_type == "gated") {
+          std::memcpy(feat_.data(), hi, size_t(H) * 4);
+          std::memcpy(feat_.data() + H, e_.data(), size_t(r) * 4);
+          gemm(feat_.data(), 1, gate_, ge_.data());
+          for (int64_t j = 0; j < r; ++j) ge_[size_t(j)] = sigmoid(ge_[size_t(j)] + gate_bias_[j]) * e_[size_t(j)];
+          head_in = ge_.data();
+        } else if (cfg.markov_head_type == "rnn") {
+          std::memcpy(feat_.data(), state_.data(), size_t(r) * 4);
+          std::memcpy(feat_.data() + r, e_.data(), size_t(r) * 4);
+          std::memcpy(feat_.data() + 2 * r, hi, size_t(H) * 4);
+          gemm(feat_.data(), 1, joint_, joint_out_.data());
+          for (int64_t j = 0; j < 3 * r; ++j) joint_out_[size_t(j)] += joint_bias_[j];
+          for (int64_t j = 0; j < r; ++j) {  // chunks: gate, candidate, output
+            const float g = sigmoid(joint_out_[size_t(j)]);
+            state_[size_t(j)] = g * state_[size_t(j)] + (1.f - g) * std::tanh(joint_out_[size_t(r + j)]);
+            ge_[size_t(j)] = std::tanh(joint_out_[size_t(2 * r + j)]);
+          }
+          head_in = ge_.data();
+        }
+        gemm(head_in, 1, w2_, bias_.data());  // W2 . (W1[x_{k-1}] or its gated / rnn form)
+        for (int64_t v = 0; v < V; ++v) z[v] += bias_[size_t(v)];
+      }
+      if (conf_w_) {
+        double s = conf_b_;
+        for (int64_t j = 0; j < H; ++j) s += double(conf_w_[j]) * hi[j];
+        if (cfg.confidence_with_markov)
+          for (int64_t j = 0; j < r; ++j) s += double(conf_w_[H + j]) * e_[size_t(j)];
+        const float t = size_t(i) < cfg.sts_temperatures.size() ? cfg.sts_temperatures[size_t(i)] : 1.f;
+        out.confidence.push_back(sigmoid(float(s) / t));
+      }
+      int32_t x;
+      if (ds.probabilistic) {
+        float* q = out.q.data() + int64_t(i) * V;
+        sampler_.dense(z, int(V), ds.params, q);  // the exact q the verifier will see
+        x = Sampler::draw_dense(q, int(V), *ds.rng);
+      } else {
+        x = argmax(z, int(V));
+      }
+      out.tokens.push_back(x);
+      prev = x;
+    }
+  }
+
+ private:
+  DflashBackbone bb_;
+  int vocab_ = 0;
+  std::vector<int> layers_;
+  WeightMatrix w1_, w2_, gate_, joint_;
+  const float* gate_bias_ = nullptr;
+  const float* joint_bias_ = nullptr;
+  const float* conf_w_ = nullptr;
+  float conf_b_ = 0;
+  Sampler sampler_;
+  std::vector<int32_t> block_;
+  Buffer<float> logits_, e_, ge_, feat_, joint_out_, bias_;
+  std::vector<float> state_;
+};
+
+}  // namespace
+
+std::unique_ptr<Drafter> make_dspark_drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
+                                             DType dtype) {
+  return std::make_unique<DsparkDrafter>(cfg, target, src, dtype);
+}
+
+std::vector<std::string> dspark_head_names(const DrafterConfig& cfg) {
+  std::vector<std::string> n;
+  if (cfg.markov_rank > 0) {
+    n = {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight"};
+    if (cfg.markov_head_type == "gated") n.insert(n.end(), {"markov_head.gate_proj.weight", "markov_head.gate_proj.bias"});
+    if (cfg.markov_head_type == "rnn") n.insert(n.end(), {"markov_head.joint_proj.weight", "markov_head.joint_proj.bias"});
+  }
+  if (cfg.confidence_head) n.insert(n.end(), {"confidence_head.proj.weight", "confidence_head.proj.bias"});
+  return n;
+}
+
+}  // namespace dspark

@@ -1,0 +1,221 @@
+// EAGLE-3: a single fused decoder layer drafts one token per step. Step input = [input_norm(
+// embed(x_{t+1})) ; hidden_norm(g_t)] where g_t = fc(three target layers) for verified rows and
+// the layer's own previous output for chained drafts; logits over a reduced draft vocabulary
+// map back to target ids through d2t.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <unordered_map>
+
+#include "core/error.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+#include "model/kv_cache.h"
+#include "model/layer.h"
+#include "spec/drafters.h"
+
+namespace dspark {
+
+std::vector<std::string> eagle3_names(const DrafterConfig& cfg) {
+  std::vector<std::string> n = decoder_layer_names(cfg.layers, "layers.0.");
+  n.insert(n.end(), {"layers.0.hidden_norm.weight", "fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight",
+                     "d2t", "t2d"});
+  return n;
+}
+
+namespace {
+
+class Eagle3Drafter : public Drafter {
+ public:
+  Eagle3Drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
+                std::vector<int64_t> d2t)
+      : cfg_(cfg),
+        kv_(1, cfg.layers.num_kv_heads, cfg.layers.head_dim, dtype, 1 << 20),
+        vocab_(target.config().vocab_size),
+        layers_(cfg.target_layer_ids) {
+    const ModelConfig& L = cfg.layers;
+    const ModelConfig& T = target.config();
+    const int64_t H = L.hidden_size, feat = int64_t(cfg.target_layer_ids.size()) * T.hidden_size;
+    if (L.num_layers != 1) fail(cfg.path, ": EAGLE-3 drafters have one layer, the config says ", L.num_layers);
+    if (H != T.hidden_size) fail(cfg.path, ": the drafter's hidden_size ", H, " differs from the target's ", T.hidden_size);
+    draft_vocab_ = cfg.draft_vocab_size > 0 ? cfg.draft_vocab_size : int(T.vocab_size);
+    for (int id : cfg.target_layer_ids)
+      if (id < -1 || id >= T.num_layers)
+        fail(cfg.path, ": target layer id ", id, " is outside the target's layers [-1, ", T.num_layers - 1, "]");
+    const bool own_embed = src.has("embed_tokens.weight");
+    size_t bytes = WeightArena::matrix_bytes(dtype, H, feat) + decoder_layer_bytes(L, dtype, 2 * H) +
+                   WeightArena::matrix_bytes(dtype, draft_vocab_, H);
+    if (own_embed) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
+    arena_ = std::make_unique<WeightArena>(dtype, bytes);
+    fc_ = arena_->matrix(src, "fc.weight", H, feat);
+    layer_ = load_decoder_layer(src, "layers.0.", L, *arena_, 2 * H);
+    hidden_norm_ = arena_->vector(src, "layers.0.hidden_norm.weight", H);
+    norm_ = arena_->vector(src, "norm.weight", H);
+    lm_head_ = arena_->matrix(src, "lm_head.weight", draft_vocab_, H);
+    if (own_embed) {
+      own_embed_ = arena_->matrix(src, "embed_tokens.weight", T.vocab_size, H);
+      embed_ = &own_embed_;
+    } else {
+      embed_ = &target.embed();
+    }
+    // Draft id i stands for target id i + d2t[i].
+    to_target_.resize(size_t(draft_vocab_));
+    for (int i = 0; i < draft_vocab_; ++i) {
+      const int64_t t = i + (d2t.empty() ? 0 : d2t[size_t(i)]);
+      if (t < 0 || t >= vocab_) fail(cfg.path, ": d2t maps draft id ", i, " to ", t, ", outside the target vocabulary");
+      to_target_[size_t(i)] = int32_t(t);
+    }
+    inv_freq_ = L.rope_inv_freq();
+    out_hidden_.resize(size_t(H));
+  }
+
+  SpecMethod method() const override { return SpecMethod::Eagle3; }
+  const std::vector<int>& target_layers() const override { return layers_; }
+  int max_draft_tokens() const override { return 64; }
+
+  int begin() override {
+    const int seq = kv_.create_sequence();
+    states_[seq] = State{};
+    return seq;
+  }
+
+  void extend(int seq, std::span<const int32_t> tokens, int pos, const TargetFeatures& feats) override {
+    State& st = states_.at(seq);
+    if (feats.rows == 0) return;
+    // The previous chunk's last feature pairs with this chunk's first token.
+    if (!st.pending.empty()) step(seq, tokens.subspan(0, 1), st.pending.data(), pos - 1, nullptr);
+    fuse(feats, st);
+    // Pairs (x_{t+1}, g_t) inside the chunk; the last feature waits for the next token.
+    const int pairs = feats.rows - 1;
+    if (pairs > 0) step(seq, tokens.subspan(1, size_t(pairs)), g_.data(), pos, nullptr);
+    st.pending.assign(g_.data() + int64_t(pairs) * hidden(), g_.data() + int64_t(pairs + 1) * hidden());
+  }
+
+  void accept(int seq, std::span<const int32_t> committed, int pos, const TargetFeatures& feats) override {
+    State& st = states_.at(seq);
+    fuse(feats, st);
+    const int a = feats.rows - 1;  // accepted drafts
+    if (a > 0) step(seq, committed.subspan(1, size_t(a)), g_.data(), pos, nullptr);
+    st.pending.assign(g_.data() + int64_t(a) * hidden(), g_.data() + int64_t(a + 1) * hidden());
+  }
+
+  void end(int seq) override {
+    kv_.free_sequence(seq);
+    states_.erase(seq);
+  }
+
+  void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds, Draft& out) override {
+    out.clear();
+    out.vocab = vocab_;
+    if (k <= 0) return;
+    State& st = states_.at(seq);
+    const int64_t H = hidden();
+    feature_.assign(st.pending.begin(), st.pending.end());
+    if (ds.probabilistic) out.q.resize(size_t(k) * size_t(vocab_));
+    int32_t token = anchor;
+    for (int i = 0; i < k; ++i) {
+      // The pair (token, feature) sits at position pos - 1 + i.
+      step(seq, std::span<const int32_t>(&token, 1), feature_.data(), pos - 1 + i, out_hidden_.data());
+      hidden_.resize(size_t(H));
+      rmsnorm(out_hidden_.data(), H, norm_, hidden_.data(), H, 1, int(H), cfg_.layers.rms_norm_eps);
+      draft_logits_.resize(size_t(draft_vocab_));
+      gemm(hidden_.data(), 1, lm_head_, draft_logits_.data());
+      full_.assign(size_t(vocab_), -std::numeric_limits<float>::infinity());
+      for (int d = 0; d < draft_vocab_; ++d) full_[size_t(to_target_[size_t(d)])] = draft_logits_[size_t(d)];
+      if (ds.probabilistic) {
+        float* q = out.q.data() + int64_t(i) * vocab_;
+        sampler_.dense(full_.data(), vocab_, ds.params, q);
+        token = Sampler::draw_dense(q, vocab_, *ds.rng);
+      } else {
+        token = argmax(full_.data(), vocab_);
+      }
+      out.tokens.push_back(token);
+      feature_.assign(out_hidden_.data(), out_hidden_.data() + H);  // the layer's own output feeds the next step
+    }
+    kv_.truncate(seq, pos);  // drop the chained rows; keep the verified ones
+  }
+
+ private:
+  struct State {
+    std::vector<float> pending;  // g of the last verified row, waiting for its next token
+  };
+
+  int64_t hidden() const { return cfg_.layers.hidden_size; }
+
+  // g_ = fc(features) for all rows.
+  void fuse(const TargetFeatures& f, State&) {
+    if (f.width != fc_.k) fail("eagle3: target features have width ", f.width, ", fc expects ", fc_.k);
+    g_.resize(size_t(f.rows) * size_t(hidden()));
+    gemm(f.data, f.rows, f.width, fc_, g_.data(), hidden());
+  }
+
+  // Runs pairs (tokens[i], g[i]) at positions pos0 + i through the layer (causal), writing K/V;
+  // stores the pre-norm outputs in `out` when given.
+  void step(int seq, std::span<const int32_t> tokens, const float* g, int pos0, float* out) {
+    const ModelConfig& L = cfg_.layers;
+    const int n = int(tokens.size());
+    const int64_t H = L.hidden_size;
+    kv_.reserve(seq, pos0 + n);
+    kv_.set_length(seq, std::max(kv_.length(seq), pos0 + n));
+    in_.resize(size_t(n) * size_t(2 * H));
+    res_.resize(size_t(n) * size_t(H));
+    emb_.resize(size_t(n) * size_t(H));
+    embed_rows(embed_->data, embed_->dtype, int(H), tokens.data(), n, emb_.data(), H);
+    rmsnorm(emb_.data(), H, layer_.attn_norm, in_.data(), 2 * H, n, int(H), L.rms_norm_eps);
+    rmsnorm(g, H, hidden_norm_, in_.data() + H, 2 * H, n, int(H), L.rms_norm_eps);
+    for (int i = 0; i < n; ++i) {
+      float* r = res_.data() + int64_t(i) * H;
+      if (cfg_.norm_before_residual) std::memcpy(r, in_.data() + int64_t(i) * 2 * H + H, size_t(H) * 4);
+      else std::memcpy(r, g + int64_t(i) * H, size_t(H) * 4);
+    }
+    pos_.resize(size_t(n));
+    vis_.resize(size_t(n));
+    tables_.resize(size_t(n));
+    const size_t half = inv_freq_.size();
+    cos_.resize(size_t(n) * half);
+    sin_.resize(size_t(n) * half);
+    for (int i = 0; i < n; ++i) {
+      pos_[size_t(i)] = pos0 + i;
+      vis_[size_t(i)] = pos0 + i + 1;
+      tables_[size_t(i)] = kv_.block_table(seq);
+    }
+    rope_tables(inv_freq_, pos_.data(), n, cos_.data(), sin_.data());
+    const LayerRows lr{n, pos_.data(), tables_.data(), vis_.data(), cos_.data(), sin_.data()};
+    attention_block(L, layer_, kv_.layer(0), lr, in_.data(), 2 * H, res_.data(), scratch_);
+    mlp_block(L, layer_, n, res_.data(), scratch_);
+    if (out) {
+      std::memcpy(out, res_.data() + int64_t(n - 1) * H, size_t(H) * 4);
+    }
+  }
+
+  DrafterConfig cfg_;
+  KvCache kv_;
+  int vocab_;
+  int draft_vocab_ = 0;
+  std::vector<int> layers_;
+  std::unique_ptr<WeightArena> arena_;
+  WeightMatrix fc_, lm_head_, own_embed_;
+  const WeightMatrix* embed_ = nullptr;
+  LayerWeights layer_;
+  const float* hidden_norm_ = nullptr;
+  const float* norm_ = nullptr;
+  std::vector<int32_t> to_target_;
+  std::vector<float> inv_freq_;
+  std::unordered_map<int, State> states_;
+  LayerScratch scratch_;
+  Sampler sampler_;
+  Buffer<float> g_, in_, res_, emb_, cos_, sin_, hidden_, draft_logits_;
+  Buffer<int32_t> pos_, vis_;
+  Buffer<const int32_t*> tables_;
+  std::vector<float> feature_, full_;
+  Buffer<float> out_hidden_;
+};
+
+}  // namespace
+
+std::unique_ptr<Drafter> make_eagle3_drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
+                                             DType dtype, std::vector<int64_t> d2t) {
+  return std::make_unique<Eagle3Drafter>(cfg, target, src, dtype, std::move(d2t));
+}
+
+}  // namespace dspark

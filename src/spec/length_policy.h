@@ -1,0 +1,47 @@
+// How many drafted tokens each request verifies this step. This is the seam where the
+// calibrated, hardware-aware scheduler (DSpark Algorithm 1) plugs in.
+//
+// A policy must be non-anticipating: whether draft k is verified may depend on c_1..c_k
+// (which see x_1..x_{k-1}) but never on x_k itself, or the output stops being the target's.
+#pragma once
+
+#include <span>
+
+#include "spec/drafter.h"
+
+namespace dspark {
+
+class VerifyLengthPolicy {
+ public:
+  virtual ~VerifyLengthPolicy() = default;
+  // drafts[r] is request r's proposal; writes lengths[r] in [0, drafts[r]->tokens.size()].
+  virtual void choose(std::span<const Draft* const> drafts, std::span<int> lengths) = 0;
+};
+
+// Verifies every drafted token.
+class FullBlockPolicy : public VerifyLengthPolicy {
+ public:
+  void choose(std::span<const Draft* const> drafts, std::span<int> lengths) override {
+    for (size_t r = 0; r < drafts.size(); ++r) lengths[r] = int(drafts[r]->tokens.size());
+  }
+};
+
+// Static confidence threshold: verify up to (not including) the first draft whose conditional
+// confidence c_k is below the threshold.
+class StaticThresholdPolicy : public VerifyLengthPolicy {
+ public:
+  explicit StaticThresholdPolicy(float threshold) : threshold_(threshold) {}
+  void choose(std::span<const Draft* const> drafts, std::span<int> lengths) override {
+    for (size_t r = 0; r < drafts.size(); ++r) {
+      const Draft& d = *drafts[r];
+      int l = 0;
+      while (l < int(d.tokens.size()) && (d.confidence.empty() || d.confidence[size_t(l)] >= threshold_)) ++l;
+      lengths[r] = l;
+    }
+  }
+
+ private:
+  float threshold_;
+};
+
+}  // namespace dspark

@@ -1,0 +1,77 @@
+#include <cstring>
+#include <set>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "spec/dflash_backbone.h"
+#include "spec/drafter.h"
+#include "spec/drafters.h"
+
+namespace dspark {
+
+std::unique_ptr<Drafter> load_drafter(SpecConfig& sc, const Model& target, DType dtype) {
+  const std::string where = "--speculative-config";
+  if (sc.method == SpecMethod::Ngram) {
+    return make_ngram_drafter(sc.prompt_lookup_min, sc.prompt_lookup_max, sc.num_speculative_tokens);
+  }
+  DrafterConfig dc = DrafterConfig::load(sc.model);
+  // The JSON may omit 'method'; when given it must name what the drafter is.
+  if (!sc.method_given) sc.method = dc.method;
+  if (sc.method != dc.method)
+    fail(where, ": field 'method' is ", spec_method_name(sc.method), " but ", dc.path, " describes a ",
+         spec_method_name(dc.method), " drafter");
+  const int most = dc.method == SpecMethod::DSpark ? dc.block_size
+                   : dc.method == SpecMethod::DFlash ? dc.block_size - 1
+                                                     : 64;
+  if (sc.num_speculative_tokens == 0)
+    sc.num_speculative_tokens = dc.speculative_tokens > 0 ? std::min(dc.speculative_tokens, most)
+                                : dc.method == SpecMethod::Eagle3 ? 3 : most;
+  if (sc.num_speculative_tokens > most)
+    fail(where, ": field 'num_speculative_tokens' is ", sc.num_speculative_tokens, " but the ", spec_method_name(dc.method),
+         " drafter at ", sc.model, " proposes at most ", most, " tokens per pass (block_size ", dc.block_size, ")");
+  if (sc.confidence_threshold > 0 && !(dc.method == SpecMethod::DSpark && dc.confidence_head))
+    fail(where, ": field 'dspark_confidence_threshold' needs a DSpark drafter with a confidence head; ", dc.path,
+         " has none");
+  if (dc.num_target_layers > 0 && dc.num_target_layers != target.config().num_layers)
+    fail(dc.path, ": field 'num_target_layers' is ", dc.num_target_layers, " but the target has ",
+         target.config().num_layers, " layers");
+
+  auto store = TensorStore::open_dir(sc.model);
+  // Every tensor must be one the method uses.
+  std::vector<std::string> known;
+  if (dc.method == SpecMethod::Eagle3) {
+    known = eagle3_names(dc);
+  } else {
+    known = dflash_backbone_names(dc);
+    if (dc.method == SpecMethod::DSpark)
+      for (auto& n : dspark_head_names(dc)) known.push_back(n);
+  }
+  std::set<std::string> allowed(known.begin(), known.end());
+  for (const auto& [name, view] : store->tensors())
+    if (!allowed.count(name))
+      fail(view.file, ": unexpected tensor '", name, "' for a ", spec_method_name(dc.method), " drafter",
+           name == "t2d" || name == "d2t" ? " (a reduced draft vocabulary is supported for EAGLE-3 only)" : "");
+  std::vector<int64_t> d2t;
+  if (dc.method == SpecMethod::Eagle3 && store->has("d2t")) {
+    const TensorView& t = store->get("d2t");
+    if (t.dtype != DType::I64 || t.shape.size() != 1)
+      fail(t.file, ": tensor 'd2t' must be a 1-D I64 tensor, got ", dtype_name(t.dtype), " ", t.shape_str());
+    if (dc.draft_vocab_size > 0 && t.shape[0] != dc.draft_vocab_size)
+      fail(t.file, ": tensor 'd2t' has ", t.shape[0], " entries but draft_vocab_size is ", dc.draft_vocab_size);
+    d2t.resize(size_t(t.shape[0]));
+    std::memcpy(d2t.data(), t.data, d2t.size() * 8);
+    if (dc.draft_vocab_size == 0) dc.draft_vocab_size = int(t.shape[0]);
+  } else if (dc.method == SpecMethod::Eagle3 && dc.draft_vocab_size > 0 && dc.draft_vocab_size != target.config().vocab_size) {
+    fail(dc.path, ": draft_vocab_size ", dc.draft_vocab_size, " differs from the target's vocabulary but there is no d2t tensor");
+  }
+  auto src = checkpoint_source(std::move(store));
+  switch (dc.method) {
+    case SpecMethod::DSpark: return make_dspark_drafter(dc, target, *src, dtype);
+    case SpecMethod::DFlash: return make_dflash_drafter(dc, target, *src, dtype);
+    case SpecMethod::Eagle3: return make_eagle3_drafter(dc, target, *src, dtype, std::move(d2t));
+    default: break;
+  }
+  fail("internal: no drafter for ", spec_method_name(dc.method));
+}
+
+}  // namespace dspark

@@ -1,0 +1,55 @@
+#include "spec/prefix_scheduler.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "core/error.h"
+
+namespace dspark {
+
+double PrefixScheduler::sps(int b) const {
+  if (sps_.size() < 2) fail("prefix scheduler: empty SPS table");
+  return sps_[size_t(std::min<int>(b, int(sps_.size()) - 1))];
+}
+
+void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int> lengths) {
+  struct Cand {
+    double a;
+    int r, j;  // request, position (1-based)
+  };
+  std::vector<Cand> cands;
+  for (size_t r = 0; r < drafts.size(); ++r) {
+    const Draft& d = *drafts[r];
+    double a = 1.0;
+    for (size_t j = 0; j < d.tokens.size(); ++j) {
+      a *= d.confidence.empty() ? 1.0 : double(d.confidence[j]);
+      if (a <= 0) break;
+      cands.push_back({a, int(r), int(j) + 1});
+    }
+  }
+  // Descending survival; ties by (request, position), so each request's positions come in order.
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& x, const Cand& y) {
+    return std::tie(y.a, x.r, x.j) < std::tie(x.a, y.r, y.j);
+  });
+  const int R = int(drafts.size());
+  std::vector<int> l(size_t(R), 0), best(size_t(R), 0);
+  int B = R;
+  double tau = R;
+  double best_theta = tau * sps(B);
+  for (const Cand& c : cands) {
+    if (c.j != l[size_t(c.r)] + 1) continue;  // only prefixes (survival never grows with j)
+    l[size_t(c.r)] = c.j;
+    B += 1;
+    tau += c.a;
+    const double theta = tau * sps(B);
+    if (theta > best_theta) {
+      best_theta = theta;
+      best = l;
+    } else if (early_stop()) {
+      break;
+    }
+  }
+  for (int r = 0; r < R; ++r) lengths[size_t(r)] = best[size_t(r)];
+}
+
+}  // namespace dspark

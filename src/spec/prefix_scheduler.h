@@ -1,0 +1,42 @@
+// DSpark's hardware-aware prefix scheduler (Algorithm 1): admit (request, position) pairs in
+// descending prefix-survival a_{r,j} = prod_{i<=j} c_{r,i} while the expected throughput
+// Theta = (sum_r 1 + sum_{j<=l_r} a_{r,j}) * SPS(B), B = sum_r (1 + l_r), keeps improving.
+// The early stop at the first non-improvement is what keeps it lossless: the decision on
+// draft k is made before anything that depends on x_k is looked at.
+#pragma once
+
+#include <vector>
+
+#include "spec/length_policy.h"
+
+namespace dspark {
+
+class PrefixScheduler : public VerifyLengthPolicy {
+ public:
+  // sps[B]: target steps per second for a batch of B tokens (index 0 unused); beyond the table
+  // the last entry is used.
+  explicit PrefixScheduler(std::vector<double> sps) : sps_(std::move(sps)) {}
+  void choose(std::span<const Draft* const> drafts, std::span<int> lengths) override;
+
+ protected:
+  double sps(int batch_tokens) const;
+  // false only in the anticipating variant that tests use to show the bias.
+  virtual bool early_stop() const { return true; }
+
+ private:
+  std::vector<double> sps_;
+};
+
+namespace testing {
+// The retrospective global argmax over all prefixes (Algorithm 1 without the early stop).
+// Because c_{k+1} depends on x_k, this lets x_k decide whether x_k is verified: biased.
+class AnticipatingScheduler : public PrefixScheduler {
+ public:
+  using PrefixScheduler::PrefixScheduler;
+
+ protected:
+  bool early_stop() const override { return false; }
+};
+}  // namespace testing
+
+}  // namespace dspark

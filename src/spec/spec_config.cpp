@@ -1,0 +1,103 @@
+#include "spec/spec_config.h"
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace dspark {
+
+using json = nlohmann::json;
+
+const char* spec_method_name(SpecMethod m) {
+  switch (m) {
+    case SpecMethod::DSpark: return "dspark";
+    case SpecMethod::DFlash: return "dflash";
+    case SpecMethod::Eagle3: return "eagle3";
+    case SpecMethod::Ngram: return "ngram";
+  }
+  return "?";
+}
+
+SpecConfig SpecConfig::parse(const std::string& text) {
+  const std::string where = "--speculative-config";
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) fail(where, ": expected a JSON object, got: ", text);
+  SpecConfig c;
+  bool has_method = false;
+  auto str = [&](const char* key) {
+    const json& v = j[key];
+    if (!v.is_string()) fail(where, ": field '", key, "' must be a string, got ", v.dump());
+    return v.get<std::string>();
+  };
+  auto integer = [&](const char* key) {
+    const json& v = j[key];
+    if (!v.is_number_integer()) fail(where, ": field '", key, "' must be an integer, got ", v.dump());
+    return v.get<int64_t>();
+  };
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "method") {
+      const std::string m = str("method");
+      has_method = true;
+      if (m == "dspark") c.method = SpecMethod::DSpark;
+      else if (m == "dflash") c.method = SpecMethod::DFlash;
+      else if (m == "eagle3") c.method = SpecMethod::Eagle3;
+      else if (m == "ngram") c.method = SpecMethod::Ngram;
+      else fail(where, ": field 'method' is '", m, "'; supported: dspark, dflash, eagle3, ngram");
+    } else if (k == "model") {
+      c.model = str("model");
+    } else if (k == "num_speculative_tokens") {
+      const int64_t n = integer("num_speculative_tokens");
+      if (n <= 0 || n > 64) fail(where, ": field 'num_speculative_tokens' must be between 1 and 64, got ", n);
+      c.num_speculative_tokens = int(n);
+    } else if (k == "draft_sample_method") {
+      const std::string m = str("draft_sample_method");
+      if (m == "greedy") c.draft_sample = DraftSampleMethod::Greedy;
+      else if (m == "probabilistic") c.draft_sample = DraftSampleMethod::Probabilistic;
+      else fail(where, ": field 'draft_sample_method' is '", m, "'; supported: greedy, probabilistic");
+    } else if (k == "rejection_sample_method") {
+      const std::string m = str("rejection_sample_method");
+      if (m == "standard") c.rejection = RejectionMethod::Standard;
+      else if (m == "block") c.rejection = RejectionMethod::Block;
+      else fail(where, ": field 'rejection_sample_method' is '", m, "'; supported: standard, block");
+    } else if (k == "prompt_lookup_min" || k == "prompt_lookup_max") {
+      const int64_t n = integer(k.c_str());
+      if (n <= 0 || n > 64) fail(where, ": field '", k, "' must be between 1 and 64, got ", n);
+      (k == "prompt_lookup_min" ? c.prompt_lookup_min : c.prompt_lookup_max) = int(n);
+    } else if (k == "dspark_confidence_threshold") {
+      const json& v = j[k];
+      if (!v.is_number() || v.get<double>() < 0 || v.get<double>() >= 1)
+        fail(where, ": field 'dspark_confidence_threshold' must be a number in [0, 1), got ", v.dump());
+      c.confidence_threshold = v.get<float>();
+    } else {
+      fail(where, ": unknown field '", k,
+           "' (supported: method, model, num_speculative_tokens, draft_sample_method, rejection_sample_method, "
+           "prompt_lookup_min, prompt_lookup_max, dspark_confidence_threshold)");
+    }
+  }
+  if (!has_method && c.model.empty()) fail(where, ": give 'method' (or 'model', whose config names the method)");
+  c.method_given = has_method;
+  if (!has_method) c.method = SpecMethod::DSpark;  // refined from the drafter's config by the loader
+  if (c.method == SpecMethod::Ngram) {
+    if (!c.model.empty() && c.model != "ngram") fail(where, ": field 'model' must be absent (or \"ngram\") for method ngram");
+    if (c.draft_sample == DraftSampleMethod::Probabilistic)
+      fail(where, ": field 'draft_sample_method' cannot be probabilistic for method ngram (it has no draft distribution)");
+    if (c.num_speculative_tokens == 0) fail(where, ": field 'num_speculative_tokens' is required for method ngram");
+    if (c.prompt_lookup_min == 0 && c.prompt_lookup_max == 0) c.prompt_lookup_min = c.prompt_lookup_max = 5;
+    if (c.prompt_lookup_min == 0) c.prompt_lookup_min = c.prompt_lookup_max;
+    if (c.prompt_lookup_max == 0) c.prompt_lookup_max = c.prompt_lookup_min;
+    if (c.prompt_lookup_min > c.prompt_lookup_max)
+      fail(where, ": field 'prompt_lookup_min' (", c.prompt_lookup_min, ") exceeds 'prompt_lookup_max' (", c.prompt_lookup_max, ")");
+  } else {
+    if (c.model.empty()) fail(where, ": field 'model' (the drafter directory) is required for method ", spec_method_name(c.method));
+    if (!std::filesystem::is_directory(c.model)) fail(where, ": field 'model': ", c.model, " is not a directory");
+    if (c.prompt_lookup_min || c.prompt_lookup_max)
+      fail(where, ": fields 'prompt_lookup_min'/'prompt_lookup_max' apply only to method ngram");
+  }
+  if (c.confidence_threshold > 0 && has_method && c.method != SpecMethod::DSpark)
+    fail(where, ": field 'dspark_confidence_threshold' applies only to method dspark");
+  return c;
+}
+
+}  // namespace dspark

@@ -1,0 +1,168 @@
+#include "spec/verify.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace dspark {
+
+namespace {
+
+// A uniform in (0, 1]: never 0, so a zero-probability draft is never accepted.
+double uniform_open(Rng& rng) { return 1.0 - rng.uniform(); }
+
+float q_at(const VerifyInput& in, int i, int32_t token) {
+  if (!in.q) return token == in.draft[size_t(i)] ? 1.f : 0.f;
+  return in.q[int64_t(i) * in.vocab + token];
+}
+
+// Samples from norm(max(scale * p - q, 0)) over the vocabulary (q one-hot on `onehot_token`
+// when `q` is null); falls back to p when the residual has (almost) no mass.
+int32_t sample_residual(const float* p, const float* q, int32_t onehot_token, double scale, int vocab, Rng& rng) {
+  double mass = 0;
+  for (int v = 0; v < vocab; ++v) {
+    const double qv = q ? q[v] : (v == onehot_token ? 1.0 : 0.0);
+    mass += std::max(scale * p[v] - qv, 0.0);
+  }
+  const double u = rng.uniform();
+  if (mass <= 1e-8) {  // no residual: the target's own distribution
+    double cum = 0;
+    int32_t last = -1;
+    for (int v = 0; v < vocab; ++v) {
+      if (p[v] <= 0) continue;
+      cum += p[v];
+      last = v;
+      if (u < cum) return v;
+    }
+    return last;
+  }
+  const double target = u * mass;
+  double cum = 0;
+  int32_t last = -1;
+  for (int v = 0; v < vocab; ++v) {
+    const double qv = q ? q[v] : (v == onehot_token ? 1.0 : 0.0);
+    const double r = std::max(scale * p[v] - qv, 0.0);
+    if (r <= 0) continue;
+    cum += r;
+    last = v;
+    if (target < cum) return v;
+  }
+  return last;
+}
+
+int32_t sample_dense(const float* p, int vocab, Rng& rng) {
+  return sample_residual(p, nullptr, -1, 1.0, vocab, rng);  // q = 0 everywhere: p itself
+}
+
+const float* q_row(const VerifyInput& in, int i) { return in.q ? in.q + int64_t(i) * in.vocab : nullptr; }
+const float* p_row(const VerifyInput& in, int i) { return in.p + int64_t(i) * in.vocab; }
+
+}  // namespace
+
+VerifyResult verify_greedy(const VerifyInput& in) {
+  VerifyResult r;
+  const int l = int(in.draft.size());
+  for (int i = 0; i <= l; ++i) {
+    const float* p = p_row(in, i);
+    const int32_t best = int32_t(std::max_element(p, p + in.vocab) - p);
+    if (i == l || in.draft[size_t(i)] != best) {
+      r.next_token = best;
+      return r;
+    }
+    ++r.accepted;
+  }
+  return r;
+}
+
+VerifyResult verify_token_level(const VerifyInput& in, const VerifyRng& rng) {
+  VerifyResult r;
+  const int l = int(in.draft.size());
+  for (int i = 0; i < l; ++i) {
+    const int32_t x = in.draft[size_t(i)];
+    const double pv = p_row(in, i)[x], qv = q_at(in, i, x);
+    const double u = uniform_open(*rng.accept);
+    if (qv > 0 && u * qv <= pv) {
+      ++r.accepted;
+      continue;
+    }
+    r.next_token = sample_residual(p_row(in, i), q_row(in, i), x, 1.0, in.vocab, *rng.residual);
+    return r;
+  }
+  r.next_token = sample_dense(p_row(in, l), in.vocab, *rng.residual);
+  return r;
+}
+
+VerifyResult verify_block(const VerifyInput& in, const VerifyRng& rng) {
+  const int l = int(in.draft.size());
+  // P[i]: running likelihood ratio of the first i drafts, capped at 1 (P[0] = 1).
+  std::vector<double> P(size_t(l) + 1, 1.0);
+  for (int i = 1; i <= l; ++i) {
+    const int32_t x = in.draft[size_t(i - 1)];
+    const double qv = q_at(in, i - 1, x);
+    const double ratio = qv > 0 ? double(p_row(in, i - 1)[x]) / qv : 0.0;
+    P[size_t(i)] = std::min(P[size_t(i - 1)] * ratio, 1.0);
+  }
+  // Thresholds h_i: for i < l from the residual mass at the next position; h_l = P_l.
+  int tau = 0;
+  for (int i = 1; i <= l; ++i) {
+    double h;
+    if (i == l) {
+      h = P[size_t(l)];
+    } else {
+      const float* p = p_row(in, i);
+      const float* q = q_row(in, i);
+      const int32_t onehot = in.draft[size_t(i)];
+      double R = 0;
+      for (int v = 0; v < in.vocab; ++v) {
+        const double qv = q ? q[v] : (v == onehot ? 1.0 : 0.0);
+        R += std::max(P[size_t(i)] * p[v] - qv, 0.0);
+      }
+      const double den = R + 1.0 - P[size_t(i)];
+      h = den <= 0 ? 1.0 : R / den;
+    }
+    const double eta = uniform_open(*rng.accept);  // one independent draw per position
+    if (eta <= h) tau = i;
+  }
+  VerifyResult r;
+  r.accepted = tau;
+  if (tau == l) r.next_token = sample_dense(p_row(in, l), in.vocab, *rng.residual);
+  else
+    r.next_token = sample_residual(p_row(in, tau), q_row(in, tau), in.draft[size_t(tau)], P[size_t(tau)], in.vocab,
+                                   *rng.residual);
+  return r;
+}
+
+namespace {
+testing::VerifyFn g_override = nullptr;
+}
+
+VerifyResult verify(RejectionMethod method, bool greedy, const VerifyInput& in, const VerifyRng& rng) {
+  if (!in.p || in.vocab <= 0) fail("verify: no target distributions");
+  if (greedy) return verify_greedy(in);
+  if (g_override) return g_override(in, rng);
+  return method == RejectionMethod::Block ? verify_block(in, rng) : verify_token_level(in, rng);
+}
+
+namespace testing {
+void set_verifier_override(VerifyFn fn) { g_override = fn; }
+
+VerifyResult verify_token_level_without_residual(const VerifyInput& in, const VerifyRng& rng) {
+  VerifyResult r;
+  const int l = int(in.draft.size());
+  for (int i = 0; i < l; ++i) {
+    const int32_t x = in.draft[size_t(i)];
+    const double pv = p_row(in, i)[x], qv = q_at(in, i, x);
+    if (qv > 0 && uniform_open(*rng.accept) * qv <= pv) {
+      ++r.accepted;
+      continue;
+    }
+    r.next_token = sample_dense(p_row(in, i), in.vocab, *rng.residual);  // the bug: no residual
+    return r;
+  }
+  r.next_token = sample_dense(p_row(in, l), in.vocab, *rng.residual);
+  return r;
+}
+}  // namespace testing
+
+}  // namespace dspark

@@ -1,0 +1,432 @@
+// Speculative decoding: configuration, drafter checkpoints, and losslessness by tests that
+// can fail: f32 greedy equals plain greedy; sampled output follows the target's distribution
+// (chi-square), and a broken verifier or an anticipating scheduler does not.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <map>
+
+#include "../data/test_util.h"
+#include "core/error.h"
+#include "fixtures.h"
+#include "model/forward.h"
+#include "runtime/generate.h"
+#include "runtime/spec_generate.h"
+#include "spec/drafter.h"
+#include "spec/drafters.h"
+#include "spec/prefix_scheduler.h"
+#include "spec/verify.h"
+#include "stats.h"
+
+namespace dspark {
+namespace {
+
+using namespace dspark::testing;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// ---------------------------------------------------------------- configuration
+
+TEST(SpecConfig, ReferenceDeploymentJsonWorksWithALocalPath) {
+  auto dir = temp_dir("refdeploy");
+  ModelConfig t = tiny_target(64);
+  DrafterSpec s;
+  s.block = 8;
+  write_dspark((dir / "drafter").string(), t, s);
+  const std::string j = R"({"model": ")" + (dir / "drafter").string() +
+                        R"(", "num_speculative_tokens": 8, "method": "dspark", "draft_sample_method": "probabilistic", "rejection_sample_method": "block"})";
+  SpecConfig c = SpecConfig::parse(j);
+  EXPECT_EQ(c.method, SpecMethod::DSpark);
+  EXPECT_EQ(c.num_speculative_tokens, 8);
+  EXPECT_EQ(c.draft_sample, DraftSampleMethod::Probabilistic);
+  EXPECT_EQ(c.rejection, RejectionMethod::Block);
+  auto target = Model::build(t, *random_source(1), LoadOptions{DType::F32});
+  auto d = load_drafter(c, *target, DType::F32);
+  EXPECT_EQ(d->max_draft_tokens(), 8);
+  fs::remove_all(dir);
+}
+
+TEST(SpecConfig, ErrorsNameTheField) {
+  auto dir = temp_dir("cfgerr");
+  ModelConfig t = tiny_target(64);
+  DrafterSpec s;
+  s.block = 4;
+  write_dspark((dir / "d").string(), t, s);
+  const std::string d = (dir / "d").string();
+  auto target = Model::build(t, *random_source(1), LoadOptions{DType::F32});
+  struct Case {
+    std::string json, fragment;
+  };
+  const std::vector<Case> cases = {
+      {R"({"method": "dspark", "model": ")" + d + R"(", "bogus": 1})", "unknown field 'bogus'"},
+      {R"({"method": "dspark", "model": ")" + d + R"(", "num_speculative_tokens": "8"})", "'num_speculative_tokens' must be an integer"},
+      {R"({"method": "medusa", "model": ")" + d + R"("})", "field 'method'"},
+      {R"({"method": "dspark", "model": ")" + d + R"(", "draft_sample_method": "random"})", "'draft_sample_method'"},
+      {R"({"method": "dspark", "model": ")" + d + R"(", "rejection_sample_method": "synthetic"})", "'rejection_sample_method'"},
+      {R"({"method": "ngram", "draft_sample_method": "probabilistic", "num_speculative_tokens": 3})", "'draft_sample_method'"},
+      {R"({"method": "ngram"})", "'num_speculative_tokens' is required"},
+      {R"({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 4, "prompt_lookup_max": 2})", "'prompt_lookup_min'"},
+      {R"({"method": "dspark"})", "field 'model'"},
+      {R"({"method": "dspark", "model": "/nonexistent/drafter"})", "is not a directory"},
+      {R"({"method": "eagle3", "model": ")" + d + R"(", "dspark_confidence_threshold": 0.5})", "'dspark_confidence_threshold'"},
+      {R"([1, 2])", "expected a JSON object"},
+  };
+  for (const auto& c : cases) {
+    const std::string msg = error_of([&] { SpecConfig::parse(c.json); });
+    EXPECT_NE(msg.find(c.fragment), std::string::npos) << c.json << "\n  -> " << msg;
+  }
+  // Impossible combinations found when the drafter is loaded.
+  const std::vector<Case> load_cases = {
+      {R"({"method": "dspark", "model": ")" + d + R"(", "num_speculative_tokens": 5})", "'num_speculative_tokens' is 5"},
+      {R"({"method": "dflash", "model": ")" + d + R"("})", "describes a dspark drafter"},
+  };
+  for (const auto& c : load_cases) {
+    const std::string msg = error_of([&] {
+      SpecConfig sc = SpecConfig::parse(c.json);
+      load_drafter(sc, *target, DType::F32);
+    });
+    EXPECT_NE(msg.find(c.fragment), std::string::npos) << c.json << "\n  -> " << msg;
+  }
+  // A threshold needs a confidence head.
+  DrafterSpec nc = s;
+  nc.confidence = false;
+  write_dspark((dir / "noconf").string(), t, nc);
+  std::string msg = error_of([&] {
+    SpecConfig sc = SpecConfig::parse(R"({"model": ")" + (dir / "noconf").string() + R"(", "dspark_confidence_threshold": 0.3})");
+    load_drafter(sc, *target, DType::F32);
+  });
+  EXPECT_NE(msg.find("confidence head"), std::string::npos) << msg;
+  fs::remove_all(dir);
+}
+
+TEST(DrafterCheckpoint, BadTensorsAndFieldsAreNamed) {
+  auto dir = temp_dir("ckpt");
+  ModelConfig t = tiny_target(64);
+  auto target = Model::build(t, *random_source(1), LoadOptions{DType::F32});
+  DrafterSpec s;
+  // An unexpected tensor.
+  write_dspark((dir / "a").string(), t, s);
+  {
+    SafetensorsFile f((dir / "a" / "model.safetensors").string());
+    SafetensorsWriter w;
+    for (auto& [n, v] : f.tensors()) w.add(n, v.dtype, v.shape, v.data);
+    float x = 1;
+    w.add("markov_head.extra", DType::F32, {1}, &x);
+    w.write((dir / "a" / "model.safetensors.new").string());
+  }
+  fs::rename(dir / "a" / "model.safetensors.new", dir / "a" / "model.safetensors");
+  SpecConfig sc = SpecConfig::parse(R"({"model": ")" + (dir / "a").string() + R"("})");
+  std::string msg = error_of([&] { load_drafter(sc, *target, DType::F32); });
+  EXPECT_NE(msg.find("unexpected tensor 'markov_head.extra'"), std::string::npos) << msg;
+  // A target layer the target does not have.
+  DrafterSpec bad = s;
+  bad.target_layers = {0, 7};
+  write_dspark((dir / "b").string(), t, bad);
+  sc = SpecConfig::parse(R"({"model": ")" + (dir / "b").string() + R"("})");
+  msg = error_of([&] { load_drafter(sc, *target, DType::F32); });
+  EXPECT_NE(msg.find("target layer id 7"), std::string::npos) << msg;
+  // A wrong Markov shape.
+  DrafterSpec r = s;
+  write_dspark((dir / "c").string(), t, r);
+  {
+    auto cfg = json::parse(std::ifstream(dir / "c" / "config.json"));
+    cfg["markov_rank"] = 16;
+    std::ofstream(dir / "c" / "config.json") << cfg.dump();
+  }
+  sc = SpecConfig::parse(R"({"model": ")" + (dir / "c").string() + R"("})");
+  msg = error_of([&] { load_drafter(sc, *target, DType::F32); });
+  EXPECT_NE(msg.find("markov_head.markov_w1.weight"), std::string::npos) << msg;
+  fs::remove_all(dir);
+}
+
+// ---------------------------------------------------------------- end-to-end harness
+
+struct Harness {
+  fs::path dir;
+  ModelConfig cfg;
+  std::unique_ptr<Model> target;
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<KvCache> kv;
+  std::unique_ptr<Forward> fwd;
+
+  Harness(const std::string& name, int vocab, uint64_t seed, float std) : dir(temp_dir(name)), cfg(tiny_target(vocab)) {
+    target = Model::build(cfg, *random_source(seed, std), LoadOptions{DType::F32});
+    std::ofstream(dir / "tokenizer.json") << dspark::testing::tiny_tokenizer_json();
+    tok = Tokenizer::from_file((dir / "tokenizer.json").string());
+    kv = std::make_unique<KvCache>(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, DType::F32, 1 << 16);
+    fwd = std::make_unique<Forward>(*target, *kv);
+  }
+  ~Harness() { fs::remove_all(dir); }
+
+  std::string drafter(const std::string& kind, DrafterSpec s = {}) {
+    const std::string d = (dir / kind).string();
+    if (kind == "dspark") write_dspark(d, cfg, s);
+    else if (kind == "dspark-speculators") write_dspark(d, cfg, s, true);
+    else if (kind == "dspark-gated") { s.head = "gated"; write_dspark(d, cfg, s); }
+    else if (kind == "dspark-rnn") { s.head = "rnn"; write_dspark(d, cfg, s); }
+    else if (kind == "dflash") { s.block = 5; write_dflash(d, cfg, s); }
+    else if (kind == "eagle3") write_eagle3(d, cfg, s);
+    return d;
+  }
+
+  GenerateResult plain(const std::vector<int32_t>& prompt, const GenerateParams& gp) {
+    const int seq = kv->create_sequence();
+    auto r = generate(*fwd, seq, *tok, prompt, gp);
+    kv->free_sequence(seq);
+    return r;
+  }
+
+  GenerateResult spec(const std::vector<int32_t>& prompt, const GenerateParams& gp, Drafter& d, const SpecConfig& sc,
+                      VerifyLengthPolicy& policy, SpecMetrics* metrics = nullptr) {
+    const int seq = kv->create_sequence();
+    SpecMetrics m;
+    auto r = spec_generate(*fwd, seq, *tok, prompt, gp, d, sc, policy, metrics ? *metrics : m);
+    kv->free_sequence(seq);
+    return r;
+  }
+};
+
+SpecConfig config_for(const std::string& kind, const std::string& dir, int k, bool probabilistic, bool block, float thr) {
+  json j;
+  if (kind == "ngram") {
+    j = {{"method", "ngram"}, {"num_speculative_tokens", k}, {"prompt_lookup_min", 1}, {"prompt_lookup_max", 3}};
+  } else {
+    j = {{"model", dir}, {"num_speculative_tokens", k}};
+    if (probabilistic) j["draft_sample_method"] = "probabilistic";
+  }
+  if (block) j["rejection_sample_method"] = "block";
+  if (thr > 0) j["dspark_confidence_threshold"] = thr;
+  return SpecConfig::parse(j.dump());
+}
+
+// ---------------------------------------------------------------- greedy exactness (f32)
+
+TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
+  Harness h("greedy", 300, 5, 0.3f);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 23; ++i) prompt.push_back((i * 7 + 3) % 50);
+  GenerateParams gp;
+  gp.max_tokens = 60;
+  const auto want = h.plain(prompt, gp).tokens;
+  ASSERT_EQ(want.size(), 60u);
+  struct Case {
+    std::string kind;
+    float thr;
+    bool probabilistic;
+  };
+  const std::vector<Case> cases = {{"dspark", 0, false},       {"dspark", 0.5f, false}, {"dspark", 0.5f, true},
+                                   {"dspark-gated", 0, false}, {"dspark-rnn", 0, false}, {"dspark-speculators", 0, false},
+                                   {"dflash", 0, false},       {"eagle3", 0, false},    {"ngram", 0, false}};
+  for (const Case& c : cases) {
+    std::string dir = c.kind == "ngram" ? "" : h.drafter(c.kind);
+    const int k = c.kind == "dflash" ? 4 : c.kind == "eagle3" ? 3 : 4;
+    SpecConfig sc = config_for(c.kind, dir, k, c.probabilistic, false, c.thr);
+    auto drafter = load_drafter(sc, *h.target, DType::F32);
+    FullBlockPolicy full;
+    StaticThresholdPolicy thr(c.thr);
+    VerifyLengthPolicy& policy = c.thr > 0 ? static_cast<VerifyLengthPolicy&>(thr) : full;
+    SpecMetrics m;
+    auto got = h.spec(prompt, gp, *drafter, sc, policy, &m).tokens;
+    EXPECT_EQ(got, want) << c.kind << " threshold " << c.thr;
+    EXPECT_GT(m.rounds, 0) << c.kind;
+    if (c.kind == "dspark" && c.thr > 0) EXPECT_LT(m.drafted, m.proposed) << "the threshold never cut a draft";
+  }
+}
+
+TEST(Ngram, ProposesWhatFollowedTheLatestMatch) {
+  auto d = make_ngram_drafter(1, 3, 8);
+  const int seq = d->begin();
+  const std::vector<int32_t> prompt = {9, 1, 2, 3, 4, 5, 1, 2, 3, 7, 8, 1, 2};
+  d->extend(seq, prompt, 0, {});
+  Draft out;
+  Rng rng(1);
+  DraftSampling ds{false, {}, &rng};
+  // The text ends "1 2" + anchor 3: the latest earlier "1 2 3" (a 3-gram) was followed by 7 8 1 2.
+  d->propose(seq, 3, int(prompt.size()), 4, ds, out);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{7, 8, 1, 2}));
+  // Fewer tokens follow the match than asked for: propose what there is.
+  d->propose(seq, 3, int(prompt.size()), 8, ds, out);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{7, 8, 1, 2, 3}));
+  // No earlier occurrence of the anchor: nothing to propose.
+  d->propose(seq, 42, int(prompt.size()), 4, ds, out);
+  EXPECT_TRUE(out.tokens.empty());
+  // Accepted tokens extend the history used for lookup.
+  d->accept(seq, std::vector<int32_t>{42, 6}, int(prompt.size()), {});
+  d->propose(seq, 42, int(prompt.size()) + 2, 2, ds, out);
+  EXPECT_EQ(out.tokens, (std::vector<int32_t>{6, 42}));
+  d->end(seq);
+}
+
+// ---------------------------------------------------------------- sampled losslessness
+
+// Exact joint distribution of the first `n` generated tokens (vocab^n cells).
+std::vector<double> exact_joint(Harness& h, const std::vector<int32_t>& prompt, const SamplingParams& sp, int n) {
+  const int V = h.cfg.vocab_size;
+  Sampler sampler;
+  std::vector<float> p(static_cast<size_t>(V));
+  std::vector<double> out;
+  std::function<void(std::vector<int32_t>&, double, int)> rec = [&](std::vector<int32_t>& ctx, double mass, int depth) {
+    if (depth == n) {
+      out.push_back(mass);
+      return;
+    }
+    const int seq = h.kv->create_sequence();
+    const float* logits = prefill(*h.fwd, seq, ctx, 512);
+    sampler.dense(logits, V, sp, p.data());
+    h.kv->free_sequence(seq);
+    const std::vector<float> probs = p;
+    for (int v = 0; v < V; ++v) {
+      ctx.push_back(v);
+      rec(ctx, mass * probs[size_t(v)], depth + 1);
+      ctx.pop_back();
+    }
+  };
+  std::vector<int32_t> ctx = prompt;
+  rec(ctx, 1.0, 0);
+  return out;
+}
+
+ChiSquare sampled_fit(Harness& h, Drafter& d, const SpecConfig& sc, VerifyLengthPolicy& policy, const SamplingParams& sp,
+                      const std::vector<double>& exact, int n_tokens, int runs, SpecMetrics* metrics = nullptr) {
+  const std::vector<int32_t> prompt = {1, 4, 2};
+  const int V = h.cfg.vocab_size;
+  std::vector<int64_t> counts(exact.size(), 0);
+  GenerateParams gp;
+  gp.max_tokens = n_tokens;
+  gp.sampling = sp;
+  for (int r = 0; r < runs; ++r) {
+    gp.sampling.seed = uint64_t(r) * 7919 + 17;
+    auto res = h.spec(prompt, gp, d, sc, policy, metrics);
+    size_t cell = 0;
+    for (int i = 0; i < n_tokens; ++i) cell = cell * size_t(V) + size_t(res.tokens[size_t(i)]);
+    ++counts[cell];
+  }
+  return chi_square(counts, exact);
+}
+
+TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
+  Harness h("sampled", 6, 21, 0.5f);
+  SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.top_k = 5;
+  const int n_tokens = 3, runs = 9000;
+  const auto exact = exact_joint(h, {1, 4, 2}, sp, n_tokens);
+  struct Case {
+    std::string kind;
+    bool probabilistic, block;
+    float thr;
+  };
+  std::vector<Case> cases;
+  for (bool probabilistic : {false, true})
+    for (bool block : {false, true})
+      for (float thr : {0.f, 0.45f}) cases.push_back({"dspark", probabilistic, block, thr});
+  cases.push_back({"dflash", true, false, 0});
+  cases.push_back({"dflash", true, true, 0});
+  cases.push_back({"eagle3", true, true, 0});
+  cases.push_back({"eagle3", false, false, 0});
+  cases.push_back({"ngram", false, true, 0});
+  for (const Case& c : cases) {
+    DrafterSpec s;
+    s.std = 0.6f;
+    const std::string dir = c.kind == "ngram" ? "" : h.drafter(c.kind, s);
+    SpecConfig sc = config_for(c.kind, dir, c.kind == "dflash" ? 4 : 3, c.probabilistic, c.block, c.thr);
+    auto drafter = load_drafter(sc, *h.target, DType::F32);
+    FullBlockPolicy full;
+    StaticThresholdPolicy thr(c.thr);
+    VerifyLengthPolicy& policy = c.thr > 0 ? static_cast<VerifyLengthPolicy&>(thr) : full;
+    SpecMetrics m;
+    const ChiSquare cs = sampled_fit(h, *drafter, sc, policy, sp, exact, n_tokens, runs, &m);
+    EXPECT_GT(cs.p_value, 0.001) << c.kind << (c.probabilistic ? " probabilistic" : " greedy-draft")
+                                 << (c.block ? " block" : " standard") << " thr " << c.thr << ": chi2 " << cs.statistic
+                                 << " dof " << cs.dof;
+    // The verifier was exercised: drafts were both accepted and rejected.
+    EXPECT_GT(m.accepted, 0) << c.kind;
+    EXPECT_LT(m.accepted, m.drafted) << c.kind;
+  }
+}
+
+TEST(SpecLossless, BrokenVerifierFailsTheSameTest) {
+  Harness h("broken", 6, 21, 0.5f);
+  SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.top_k = 5;
+  const auto exact = exact_joint(h, {1, 4, 2}, sp, 3);
+  DrafterSpec s;
+  s.std = 0.6f;
+  SpecConfig sc = config_for("dspark", h.drafter("dspark", s), 3, true, false, 0);
+  auto drafter = load_drafter(sc, *h.target, DType::F32);
+  FullBlockPolicy full;
+  set_verifier_override(&verify_token_level_without_residual);
+  const ChiSquare cs = sampled_fit(h, *drafter, sc, full, sp, exact, 3, 9000);
+  set_verifier_override(nullptr);
+  EXPECT_LT(cs.p_value, 0.001) << "a verifier that skips the residual went undetected: chi2 " << cs.statistic;
+}
+
+// ---------------------------------------------------------------- Appendix A
+
+// DSpark's Appendix-A counterexample: R = 1, gamma = 2, SPS(1..3) = 1.0, 0.5, 0.45, target
+// (0.7, 0.3), draft (0.5, 0.5), c_1 = 1 and c_2 = 0.5 after token 0 but 0.1 after token 1.
+// Choosing the length after seeing x_1 (global argmax) makes the first token (0.85, 0.15);
+// Algorithm 1's early stop keeps (0.7, 0.3).
+TEST(SpecLossless, AppendixACounterexample) {
+  const std::vector<double> sps = {0.0, 1.0, 0.5, 0.45};
+  const float p[3][2] = {{0.7f, 0.3f}, {0.7f, 0.3f}, {0.7f, 0.3f}};
+  const float q[2][2] = {{0.5f, 0.5f}, {0.5f, 0.5f}};
+  auto run = [&](VerifyLengthPolicy& policy, int n) {
+    Rng draft_rng(1, 1), accept_rng(1, 2), residual_rng(1, 3);
+    std::vector<int64_t> counts(2, 0);
+    for (int i = 0; i < n; ++i) {
+      Draft d;
+      d.vocab = 2;
+      d.tokens = {int32_t(draft_rng.uniform() < 0.5 ? 0 : 1), int32_t(draft_rng.uniform() < 0.5 ? 0 : 1)};
+      d.confidence = {1.0f, d.tokens[0] == 0 ? 0.5f : 0.1f};
+      int l = 0;
+      const Draft* dp = &d;
+      policy.choose(std::span<const Draft* const>(&dp, 1), std::span<int>(&l, 1));
+      VerifyInput in{2, std::span<const int32_t>(d.tokens.data(), size_t(l)), &q[0][0], &p[0][0]};
+      VerifyResult r = verify_token_level(in, VerifyRng{&accept_rng, &residual_rng});
+      const int32_t first = r.accepted > 0 ? d.tokens[0] : r.next_token;
+      ++counts[size_t(first)];
+    }
+    return counts;
+  };
+  const int n = 40000;
+  PrefixScheduler algorithm1(sps);
+  AnticipatingScheduler global(sps);
+  auto good = run(algorithm1, n), bad = run(global, n);
+  EXPECT_GT(chi_square(good, {0.7, 0.3}).p_value, 0.001) << good[0] << " / " << good[1];
+  EXPECT_LT(chi_square(bad, {0.7, 0.3}).p_value, 0.001) << bad[0] << " / " << bad[1];
+  EXPECT_GT(chi_square(bad, {0.85, 0.15}).p_value, 0.001) << "the anticipating rule should give the paper's (0.85, 0.15)";
+}
+
+// ---------------------------------------------------------------- verifiers in isolation
+
+TEST(Verify, BlockIsNeverWorseThanTokenLevelOnAverage) {
+  // Context-free toy: p and q fixed per position; accepted lengths averaged over many draws.
+  const int V = 4, l = 4;
+  std::vector<float> p = {0.4f, 0.3f, 0.2f, 0.1f}, q = {0.25f, 0.25f, 0.25f, 0.25f};
+  std::vector<float> P, Q;
+  for (int i = 0; i <= l; ++i) P.insert(P.end(), p.begin(), p.end());
+  for (int i = 0; i < l; ++i) Q.insert(Q.end(), q.begin(), q.end());
+  Rng draft(3, 1), a1(3, 2), r1(3, 3), a2(3, 4), r2(3, 5);
+  double tok = 0, blk = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    std::vector<int32_t> x(l);
+    for (auto& t : x) t = int32_t(draft.uniform() * V);
+    VerifyInput in{V, x, Q.data(), P.data()};
+    tok += verify_token_level(in, {&a1, &r1}).accepted;
+    blk += verify_block(in, {&a2, &r2}).accepted;
+  }
+  EXPECT_GE(blk / n, tok / n - 0.02) << "block " << blk / n << " token " << tok / n;
+}
+
+}  // namespace
+}  // namespace dspark

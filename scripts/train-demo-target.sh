@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-target}
 BIN=${BIN:-build}
-STEPS=${STEPS:-1100}
+STEPS=${STEPS:-1500}
 mkdir -p "$WORK"
 
 "$BIN/dspark" corpus build --out "$WORK/corpus" --seed 1

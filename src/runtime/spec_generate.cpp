@@ -42,6 +42,7 @@ void SpecMetrics::merge(const SpecMetrics& o) {
     verified_at[i] += o.verified_at[i];
     accepted_at[i] += o.accepted_at[i];
   }
+  round_records.insert(round_records.end(), o.round_records.begin(), o.round_records.end());
   draft_seconds += o.draft_seconds;
   verify_seconds += o.verify_seconds;
   other_seconds += o.other_seconds;
@@ -162,6 +163,9 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
       ++m.verified_at[size_t(i)];
       if (i < vr.accepted) ++m.accepted_at[size_t(i)];
     }
+    if (m.record_rounds && !draft.confidence_logit.empty())
+      m.round_records.push_back(
+          RoundRecord{std::vector<float>(draft.confidence_logit.begin(), draft.confidence_logit.begin() + l), vr.accepted});
     fwd.kv().truncate(seq, pos + vr.accepted + 1);
     for (int i = 0; i < vr.accepted && !done; ++i) done = !emit(draft.tokens[size_t(i)]);
     if (!done) done = !emit(vr.next_token);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "runtime/generate.h"
+#include "spec/calibration.h"
 #include "spec/drafter.h"
 #include "spec/length_policy.h"
 #include "spec/spec_config.h"
@@ -19,6 +20,9 @@ struct SpecMetrics {
   int64_t accepted = 0;  // accepted drafts (bonus / correction tokens not included)
   std::vector<int64_t> verified_at, accepted_at;  // per draft position 1..K
   double draft_seconds = 0, verify_seconds = 0, other_seconds = 0;
+  // When set, every round's confidence logits and accepted count are kept (for calibration).
+  bool record_rounds = false;
+  std::vector<RoundRecord> round_records;
 
   // Tokens emitted per round, counting the bonus: (accepted + rounds) / rounds.
   double mean_accepted_length() const { return rounds ? double(accepted + rounds) / double(rounds) : 0.0; }

@@ -34,6 +34,7 @@ struct Draft {
   std::vector<int32_t> tokens;    // x_1..x_k
   std::vector<float> q;           // [k][vocab] the exact distributions sampled from; empty: one-hot on tokens
   std::vector<float> confidence;  // c_1..c_k, P(x_k accepted | x_1..x_{k-1} accepted); empty without a head
+  std::vector<float> confidence_logit;  // the raw logits s_k behind them (calibration input)
   int vocab = 0;
 
   const float* q_row(int i) const { return q.data() + int64_t(i) * vocab; }
@@ -41,6 +42,7 @@ struct Draft {
     tokens.clear();
     q.clear();
     confidence.clear();
+    confidence_logit.clear();
   }
 };
 

@@ -127,6 +127,7 @@ class DsparkDrafter : public Drafter {
           for (int64_t j = 0; j < r; ++j) s += double(conf_w_[H + j]) * e_[size_t(j)];
         const float t = size_t(i) < cfg.sts_temperatures.size() ? cfg.sts_temperatures[size_t(i)] : 1.f;
         out.confidence.push_back(sigmoid(float(s) / t));
+        out.confidence_logit.push_back(float(s));
       }
       int32_t x;
       if (ds.probabilistic) {

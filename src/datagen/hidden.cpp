@@ -1,0 +1,313 @@
+#include "datagen/hidden.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/crc32.h"
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "core/safetensors.h"
+#include "core/timer.h"
+#include "datagen/hidden_dataset.h"
+#include "datagen/progress.h"
+#include "datagen/regen_file.h"
+#include "model/forward.h"
+
+namespace dspark::datagen {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+uint32_t regen_input_crc(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask) {
+  std::vector<uint8_t> bytes(ids.size() * 4);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int b = 0; b < 4; ++b) bytes[i * 4 + size_t(b)] = uint8_t(uint32_t(ids[i]) >> (8 * b));
+  return crc32_bytes(mask.data(), mask.size(), crc32_bytes(bytes.data(), bytes.size()));
+}
+
+namespace {
+
+std::string sample_file(int64_t index, int shard_size) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "shard-%05lld/sample-%06lld.safetensors", (long long)(index / shard_size),
+                (long long)index);
+  return buf;
+}
+
+std::string ids_str(const std::vector<int>& ids) { return json(ids).dump(); }
+
+// Speculators / vLLM number the hidden state entering layer i as i: our output of layer l is l + 1.
+std::vector<int> speculators_ids(const std::vector<int>& ids) {
+  std::vector<int> out;
+  for (int l : ids) out.push_back(l + 1);
+  return out;
+}
+
+json manifest_header(const Model& model, const std::string& regen_jsonl, int64_t source_records,
+                     const HiddenOptions& opt) {
+  const ModelConfig& c = model.config();
+  const int L = c.num_layers;
+  json m;
+  m["format"] = kHiddenFormat;
+  m["version"] = kHiddenFormatVersion;
+  m["target"] = {{"path", opt.target_path},
+                 {"config_crc32", opt.target_config_crc32},
+                 {"architecture", c.architecture},
+                 {"num_layers", L},
+                 {"hidden_size", c.hidden_size},
+                 {"vocab_size", c.vocab_size},
+                 {"weights_dtype", dtype_name(model.dtype())}};
+  m["source"] = {{"path", regen_jsonl}, {"records", source_records}};
+  m["layer_ids"] = opt.layer_ids;
+  m["layer_ids_convention"] =
+      "dspark: id l is the output of decoder layer l (0-based), -1 the embeddings";
+  m["speculators_layer_ids"] = speculators_ids(opt.layer_ids);
+  m["speculators_layer_ids_convention"] =
+      "vLLM/Speculators (eagle_aux_hidden_state_layer_ids): id i is the hidden state entering layer i, "
+      "i.e. our id + 1; 0 is the embeddings";
+  m["final_slot"] = "final_norm";
+  m["final_slot_meaning"] =
+      "hidden_states[:, n_layers] is the final-normed hidden state (the model's final RMSNorm applied to the "
+      "last decoder layer's output: what lm_head reads). Speculators' last slot (id " +
+      std::to_string(L) + ") holds the same state before that norm.";
+  m["hidden_states_shape"] = "[tokens, n_layers + 1, hidden_size]";
+  m["n_layers"] = int(opt.layer_ids.size());
+  m["hidden_size"] = c.hidden_size;
+  m["dtype"] = "BF16";
+  m["token_ids_dtype"] = "I64";
+  m["loss_mask_dtype"] = "U8";
+  m["shard_size"] = opt.shard_size;
+  return m;
+}
+
+// A previous run's manifest must describe the same data.
+void check_compatible(const json& old, const json& now, const std::string& path) {
+  auto same = [&](const json& a, const json& b, const char* what) {
+    if (a != b)
+      fail(path, ": was made with ", what, " ", a.dump(), ", this run asks for ", b.dump(),
+           "; use another --out (or delete the directory)");
+  };
+  if (!old.is_object() || old.value("format", "") != kHiddenFormat)
+    fail(path, ": not a ", kHiddenFormat, " manifest");
+  same(old.value("version", json()), now["version"], "format version");
+  same(old.value("layer_ids", json()), now["layer_ids"], "layer ids");
+  same(old.value("hidden_size", json()), now["hidden_size"], "hidden size");
+  same(old.value("shard_size", json()), now["shard_size"], "shard size");
+  const json old_crc = old.contains("target") ? old["target"].value("config_crc32", json("")) : json("");
+  const json new_crc = now["target"]["config_crc32"];
+  if (old_crc != "" && new_crc != "") same(old_crc, new_crc, "a target whose config.json has CRC32");
+}
+
+}  // namespace
+
+HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, const std::string& out_dir,
+                           const HiddenOptions& opt) {
+  const double t_start = now_seconds();
+  auto log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "datagen hidden: %s\n", s.c_str()); };
+  const ModelConfig& c = model.config();
+  const int64_t H = c.hidden_size;
+  if (opt.layer_ids.empty()) fail("no target layers to store (give --layers or --drafter)");
+  for (size_t i = 0; i < opt.layer_ids.size(); ++i) {
+    const int l = opt.layer_ids[i];
+    if (l < -1 || l >= c.num_layers)
+      fail("target layer ", l, " is outside [-1, ", c.num_layers - 1, "] (the target has ", c.num_layers, " layers)");
+    if (std::count(opt.layer_ids.begin(), opt.layer_ids.end(), l) > 1) fail("target layer ", l, " is listed twice");
+  }
+  if (opt.shard_size < 1) fail("shard size must be at least 1");
+  if (opt.max_batch_tokens < 1) fail("max_batch_tokens must be at least 1");
+  const int n_layers = int(opt.layer_ids.size());
+  const int slots = n_layers + 1;
+
+  RegenFile regen = read_regen_file(regen_jsonl);
+  if (regen.truncated_tail) log("warning: " + regen_jsonl + " ends in a partial line; it is left out");
+  const auto& records = regen.records;
+  for (size_t i = 0; i < records.size(); ++i)
+    for (int32_t t : records[i].input_ids)
+      if (t >= c.vocab_size)
+        fail(regen_jsonl, ": record ", i, " (id ", records[i].id, ") holds token ", t, ", outside the target's vocabulary (",
+             c.vocab_size, ")");
+  const int64_t n = opt.limit < 0 ? int64_t(records.size()) : std::min<int64_t>(opt.limit, int64_t(records.size()));
+
+  fs::create_directories(out_dir);
+  const std::string manifest_path = (fs::path(out_dir) / "manifest.json").string();
+  json manifest = manifest_header(model, regen_jsonl, int64_t(records.size()), opt);
+  std::map<int64_t, json> entries;  // sample index -> manifest entry
+  if (fs::exists(manifest_path)) {
+    json old;
+    try {
+      old = json::parse(read_text_file(manifest_path));
+    } catch (const json::exception& e) {
+      fail(manifest_path, ": not valid JSON (", e.what(), ")");
+    }
+    check_compatible(old, manifest, manifest_path);
+    if (old.contains("samples") && old["samples"].is_array())
+      for (const auto& e : old["samples"])
+        if (e.is_object() && e.contains("index") && e["index"].is_number_integer()) entries[e["index"].get<int64_t>()] = e;
+  }
+
+  HiddenStats st;
+  st.samples = n;
+  // Which samples are already done: listed, from the same record, and the file's CRC matches.
+  std::vector<int64_t> todo;
+  for (int64_t i = 0; i < n; ++i) {
+    const RegenRecord& r = records[size_t(i)];
+    auto it = entries.find(i);
+    bool ok = false;
+    if (it != entries.end()) {
+      const json& e = it->second;
+      try {
+        const std::string file = (fs::path(out_dir) / e.value("file", "")).string();
+        ok = e.value("id", int64_t(-1)) == r.id && e.value("tokens", int64_t(-1)) == int64_t(r.input_ids.size()) &&
+             e.value("input_crc32", "") == crc32_hex(regen_input_crc(r.input_ids, r.loss_mask)) &&
+             e.value("file", "") == sample_file(i, opt.shard_size) && fs::is_regular_file(file) &&
+             e.value("crc32", "") == crc32_hex(crc32_file(file));
+      } catch (const json::exception&) {
+        ok = false;  // a hand-edited entry of the wrong type: redo the sample
+      }
+      if (!ok) {
+        log("sample " + std::to_string(i) + " (" + sample_file(i, opt.shard_size) +
+            ") is missing, damaged or stale; computing it again");
+        ++st.repaired;
+        entries.erase(it);
+      }
+    }
+    if (ok) ++st.skipped;
+    else todo.push_back(i);
+  }
+
+  auto write_manifest = [&] {
+    json samples = json::array();
+    for (const auto& [i, e] : entries) samples.push_back(e);
+    bool complete = true;
+    for (int64_t i = 0; i < n && complete; ++i) complete = entries.count(i) != 0;
+    manifest["complete"] = complete && n == int64_t(records.size());
+    manifest["num_samples"] = int64_t(entries.size());
+    manifest["samples"] = std::move(samples);
+    const std::string text = manifest.dump(1) + "\n";
+    write_file_atomic(manifest_path, text.data(), text.size());
+    manifest.erase("samples");
+  };
+
+  if (todo.empty()) {
+    write_manifest();
+    st.seconds = now_seconds() - t_start;
+    return st;
+  }
+
+  // KV room: a sequence carried over from the previous pass plus one pass of rows, each
+  // sequence rounding up to whole blocks.
+  int64_t max_len = 0;
+  for (int64_t i : todo) max_len = std::max<int64_t>(max_len, int64_t(records[size_t(i)].input_ids.size()));
+  const int64_t capacity = max_len + opt.max_batch_tokens + int64_t(kKvBlock) * (opt.max_batch_tokens + 2);
+  KvCache kv(c.num_layers, c.num_kv_heads, c.head_dim, model.dtype(), capacity);
+  Forward fwd(model, kv);
+  ForwardRequest req;
+  req.tap_layers = opt.layer_ids;
+  req.logits = false;
+  req.final_hidden = true;
+
+  struct Live {
+    int64_t index;
+    int seq;
+    std::vector<uint16_t> hs;  // [T][slots][H] bf16
+  };
+  struct Span {
+    size_t live;  // index into `live`
+    int64_t offset, count;
+  };
+  ProgressBar bar("hidden", int64_t(todo.size()), opt.progress);
+
+  auto write_sample = [&](Live& s) {
+    const RegenRecord& r = records[size_t(s.index)];
+    const int64_t T = int64_t(r.input_ids.size());
+    const std::string rel = sample_file(s.index, opt.shard_size);
+    const fs::path path = fs::path(out_dir) / rel;
+    fs::create_directories(path.parent_path());
+    std::vector<int64_t> ids(r.input_ids.begin(), r.input_ids.end());
+    SafetensorsWriter w;
+    w.add("hidden_states", DType::BF16, {T, slots, H}, s.hs.data());
+    w.add("token_ids", DType::I64, {T}, ids.data());
+    w.add("loss_mask", DType::U8, {T}, r.loss_mask.data());
+    w.set_metadata("format", std::string(kHiddenFormat) + "/" + std::to_string(kHiddenFormatVersion));
+    w.set_metadata("id", std::to_string(r.id));
+    w.set_metadata("layer_ids", ids_str(opt.layer_ids));
+    w.set_metadata("speculators_layer_ids", ids_str(speculators_ids(opt.layer_ids)));
+    w.set_metadata("last_slot", "final_norm");
+    w.write(path.string());
+    entries[s.index] = {{"index", s.index},
+                        {"file", rel},
+                        {"id", r.id},
+                        {"tokens", T},
+                        {"loss_tokens", r.loss_tokens()},
+                        {"crc32", crc32_hex(crc32_file(path.string()))},
+                        {"input_crc32", crc32_hex(regen_input_crc(r.input_ids, r.loss_mask))}};
+    ++st.written;
+  };
+
+  // Shard by shard, so the manifest can be committed after each.
+  size_t at = 0;
+  Batch b;
+  std::vector<Live> live;
+  std::vector<Span> spans;
+  while (at < todo.size()) {
+    const int64_t shard = todo[at] / opt.shard_size;
+    size_t end = at;
+    while (end < todo.size() && todo[end] / opt.shard_size == shard) ++end;
+    size_t q = at;
+    int64_t offset = 0;
+    while (q < end) {
+      b.clear();
+      spans.clear();
+      int64_t budget = opt.max_batch_tokens;
+      while (budget > 0 && q < end) {
+        const RegenRecord& r = records[size_t(todo[q])];
+        const int64_t T = int64_t(r.input_ids.size());
+        if (offset == 0) {
+          live.push_back(Live{todo[q], kv.create_sequence(), {}});
+          live.back().hs.resize(size_t(T * slots * H));
+        }
+        const int seq = live.back().seq;
+        const int64_t count = std::min(T - offset, budget);
+        for (int64_t t = offset; t < offset + count; ++t) b.add(r.input_ids[size_t(t)], int32_t(t), seq, true);
+        spans.push_back({live.size() - 1, offset, count});
+        budget -= count;
+        offset += count;
+        if (offset == T) {
+          ++q;
+          offset = 0;
+        }
+      }
+      const ForwardOutput& o = fwd.run(b, req);
+      ++st.forwards;
+      st.tokens += b.size();
+      int row = 0;
+      for (const Span& sp : spans) {
+        Live& s = live[sp.live];
+        for (int64_t t = sp.offset; t < sp.offset + sp.count; ++t, ++row) {
+          uint16_t* dst = s.hs.data() + size_t(t * slots * H);
+          for (int l = 0; l < n_layers; ++l) convert_f32_to_bf16(o.tap(row, l), dst + l * H, size_t(H));
+          convert_f32_to_bf16(o.final_row(row), dst + n_layers * H, size_t(H));
+        }
+      }
+      // Every sequence but possibly the last is complete now.
+      const bool last_open = offset != 0;
+      const size_t complete = live.size() - (last_open ? 1 : 0);
+      for (size_t k = 0; k < complete; ++k) {
+        write_sample(live[k]);
+        kv.free_sequence(live[k].seq);
+      }
+      live.erase(live.begin(), live.begin() + long(complete));
+      bar.update(st.written, st.tokens);
+    }
+    write_manifest();
+    at = end;
+  }
+  bar.finish(st.written, st.tokens);
+  st.seconds = now_seconds() - t_start;
+  return st;
+}
+
+}  // namespace dspark::datagen

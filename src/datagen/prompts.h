@@ -1,0 +1,30 @@
+// Prompts for response regeneration: the user turns of the corpus' ChatML instructions, or a
+// JSONL file of {"prompt": "..."} / {"turns": ["...", ...]} records.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dspark::datagen {
+
+struct RegenPrompt {
+  int64_t id = 0;                  // index of the prompt in its source (0-based record number)
+  std::string system;              // optional system message ("" for none)
+  std::vector<std::string> turns;  // user turns; the target answers each in order
+};
+
+// The content of the first "<|im_start|>user\n ... <|im_end|>" of a ChatML text, if any.
+std::optional<std::string> chatml_first_user_turn(std::string_view text);
+
+// DIR/instructions/<split>.jsonl: one prompt per {"text": ChatML} line, its first user turn.
+// Errors name the file and line (a line without a user turn is an error).
+std::vector<RegenPrompt> load_corpus_prompts(const std::string& corpus_dir, const std::string& split);
+
+// A JSONL file, one object per line with "prompt" (a string) or "turns" (a list of strings),
+// and optionally "system" (a string). Blank lines are skipped and not counted.
+std::vector<RegenPrompt> load_prompt_file(const std::string& path);
+
+}  // namespace dspark::datagen

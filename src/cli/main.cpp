@@ -23,6 +23,7 @@ const Command kCommands[] = {
     {"corpus", "build the training corpus from Debian-shipped text; tokenize it into shards", dspark::cmd_corpus},
     {"tokenizer", "train a byte-level BPE tokenizer.json", dspark::cmd_tokenizer},
     {"train", "train target models and drafters (runs the dspark-train binary)", dspark::cmd_train},
+    {"datagen", "drafter training data: regenerate responses with the target, store its hidden states", dspark::cmd_datagen},
 };
 
 void print_usage(FILE* out) {

@@ -1,0 +1,194 @@
+// dspark datagen: drafter training data. `regenerate` has the target answer prompts (continuous
+// batching); `hidden` stores the target's hidden states for the regenerated sequences.
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/crc32.h"
+#include "core/error.h"
+#include "datagen/hidden.h"
+#include "datagen/hidden_dataset.h"
+#include "datagen/prompts.h"
+#include "datagen/regenerate.h"
+#include "spec/drafter_config.h"
+
+namespace dspark {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string abs_path(const std::string& p) { return fs::weakly_canonical(fs::absolute(p)).string(); }
+
+std::vector<int> parse_layer_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) {
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end) fail("flag --layers expects comma-separated layer ids (e.g. 1,3,4), got '", s, "'");
+    out.push_back(int(v));
+  }
+  if (out.empty()) fail("flag --layers is empty");
+  return out;
+}
+
+int64_t limit_flag(const Args& args) {
+  if (!args.on("limit")) return -1;
+  const int64_t v = args.integer("limit");
+  if (v < 0) fail("flag --limit must not be negative");
+  return v;
+}
+
+int regenerate_cmd(int argc, char** argv) {
+  Args args;
+  args.flag("model", "target model directory (config.json, safetensors, tokenizer.json)")
+      .flag("out", "output JSONL (appended to; a rerun resumes)")
+      .flag("corpus", "corpus directory: prompts are the user turns of instructions/<split>.jsonl")
+      .flag("prompts", "JSONL of {\"prompt\": ...} or {\"turns\": [...]} records (e.g. a corpus' prompts/<domain>.jsonl)")
+      .flag("split", "corpus split for --corpus", true, "train")
+      .flag("limit", "answer only the first N prompts of the source (counted in total, resumed runs included)")
+      .flag("max-tokens", "response tokens at most per turn", true, "384")
+      .flag("temperature", "sampling temperature (0: greedy)", true, "0.7")
+      .flag("top-p", "nucleus sampling mass", true, "0.8")
+      .flag("top-k", "keep only the k most likely tokens (0: off)", true, "20")
+      .flag("min-p", "drop tokens below min-p times the most likely one", true, "0")
+      .flag("seed", "random seed; prompt p samples from stream (seed, p's id)", true, "0")
+      .flag("batch", "prompts generated at once (continuous batching)", true, "16")
+      .flag("no-progress", "no progress bar on stderr", false);
+  add_runtime_flags(args);
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage("datagen regenerate",
+                            "Has the target answer prompts by sampling and writes one JSONL record per prompt:\n"
+                            "{\"id\", \"input_ids\" (prompt + response), \"loss_mask\" (1 on the response), "
+                            "\"prompt_tokens\", \"finish_reason\"}.\n"
+                            "Records come in prompt order; rerunning resumes where an interrupted run stopped.\n"
+                            "Output is independent of --batch with --dtype f32 (and with bf16 for --batch <= 16\n"
+                            "on the AVX2 kernels).");
+    return 0;
+  }
+  const DType dtype = apply_runtime_flags(args);
+  const std::string dir = args.str("model");
+  const std::string out = args.str("out");
+  if (args.on("corpus") == args.on("prompts")) fail("give exactly one of --corpus and --prompts");
+
+  datagen::RegenOptions opt;
+  opt.sampling.temperature = float(args.number("temperature"));
+  opt.sampling.top_p = float(args.number("top-p"));
+  opt.sampling.top_k = int(args.integer("top-k"));
+  opt.sampling.min_p = float(args.number("min-p"));
+  opt.sampling.seed = uint64_t(args.integer("seed"));
+  opt.sampling.validate();
+  opt.max_tokens = int(args.integer("max-tokens"));
+  if (opt.max_tokens < 1) fail("flag --max-tokens must be at least 1");
+  const int64_t batch = args.integer("batch");
+  if (batch < 1 || batch > 4096) fail("flag --batch must be between 1 and 4096");
+  opt.batch = int(batch);
+  opt.limit = limit_flag(args);
+  opt.progress = !args.on("no-progress");
+
+  std::vector<datagen::RegenPrompt> prompts;
+  nlohmann::json source;
+  if (args.on("corpus")) {
+    prompts = datagen::load_corpus_prompts(args.str("corpus"), args.str("split"));
+    source = {{"corpus", abs_path(args.str("corpus"))}, {"split", args.str("split")}};
+  } else {
+    prompts = datagen::load_prompt_file(args.str("prompts"));
+    source = {{"prompts", abs_path(args.str("prompts"))}};
+  }
+  auto tok = Tokenizer::from_dir(dir);
+  auto model = Model::load(dir, LoadOptions{dtype});
+  opt.settings = {{"model", abs_path(dir)},
+                  {"config_crc32", datagen::crc32_hex(crc32_file((fs::path(dir) / "config.json").string()))},
+                  {"tokenizer_crc32", datagen::crc32_hex(crc32_file((fs::path(dir) / "tokenizer.json").string()))},
+                  {"dtype", dtype_name(dtype)},
+                  {"source", source},
+                  {"max_tokens", opt.max_tokens},
+                  {"temperature", args.number("temperature")},
+                  {"top_p", args.number("top-p")},
+                  {"top_k", opt.sampling.top_k},
+                  {"min_p", args.number("min-p")},
+                  {"seed", opt.sampling.seed}};
+  const datagen::RegenStats st = datagen::regenerate(*model, *tok, prompts, out, opt);
+  const double tok_s = st.seconds > 0 ? double(st.response_tokens) / st.seconds : 0;
+  std::printf("regenerate: %lld prompts in range, %lld already done, %lld generated; %lld response tokens in %.2f s "
+              "(%.1f tok/s, %lld forward passes)%s\n",
+              (long long)st.prompts, (long long)st.already_done, (long long)st.generated,
+              (long long)st.response_tokens, st.seconds, tok_s, (long long)st.forwards,
+              st.dropped_partial_line ? "; a partial last line was dropped" : "");
+  return 0;
+}
+
+int hidden_cmd(int argc, char** argv) {
+  Args args;
+  args.flag("model", "target model directory")
+      .flag("data", "regenerated JSONL (dspark datagen regenerate)")
+      .flag("layers", "target layers to store, 0-based decoder-layer outputs (e.g. 1,3,4; -1: embeddings)")
+      .flag("drafter", "take the layers from this drafter's config.json (target_layer_ids)")
+      .flag("out", "output directory (resumable)")
+      .flag("shard-size", "samples per shard directory", true, "256")
+      .flag("max-batch-tokens", "tokens per forward pass at most (sequences are packed)", true, "2048")
+      .flag("limit", "only the first N records")
+      .flag("no-progress", "no progress bar on stderr", false);
+  add_runtime_flags(args);
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage("datagen hidden",
+                            "Runs the target over each regenerated sequence and writes, per sequence,\n"
+                            "DIR/shard-NNNNN/sample-NNNNNN.safetensors: hidden_states [T, n_layers + 1, H] bf16\n"
+                            "(the chosen layers' outputs, then the final-normed hidden state), token_ids [T] I64,\n"
+                            "loss_mask [T] U8; and DIR/manifest.json, written last. Rerunning resumes and\n"
+                            "recomputes missing or damaged samples.");
+    return 0;
+  }
+  const DType dtype = apply_runtime_flags(args);
+  const std::string dir = args.str("model");
+  if (args.on("layers") == args.on("drafter")) fail("give exactly one of --layers and --drafter");
+  datagen::HiddenOptions opt;
+  opt.layer_ids = args.on("layers") ? parse_layer_list(args.str("layers"))
+                                    : DrafterConfig::load(args.str("drafter")).target_layer_ids;
+  const int64_t shard = args.integer("shard-size");
+  if (shard < 1 || shard > 1000000) fail("flag --shard-size must be between 1 and 1000000");
+  opt.shard_size = int(shard);
+  const int64_t mbt = args.integer("max-batch-tokens");
+  if (mbt < 1 || mbt > 1 << 20) fail("flag --max-batch-tokens must be between 1 and 1048576");
+  opt.max_batch_tokens = int(mbt);
+  opt.limit = limit_flag(args);
+  opt.progress = !args.on("no-progress");
+  opt.target_path = abs_path(dir);
+  opt.target_config_crc32 = datagen::crc32_hex(crc32_file((fs::path(dir) / "config.json").string()));
+  auto model = Model::load(dir, LoadOptions{dtype});
+  const datagen::HiddenStats st = datagen::extract_hidden(*model, args.str("data"), args.str("out"), opt);
+  std::printf("hidden: %lld samples in range, %lld already done, %lld written (%lld repaired); %lld tokens in %.2f s "
+              "(%.1f tok/s, %lld forward passes)\n",
+              (long long)st.samples, (long long)st.skipped, (long long)st.written, (long long)st.repaired,
+              (long long)st.tokens, st.seconds, st.seconds > 0 ? double(st.tokens) / st.seconds : 0.0,
+              (long long)st.forwards);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_datagen(int argc, char** argv) {
+  const char* usage =
+      "usage: dspark datagen <regenerate|hidden> [flags]   (--help after each for its flags)\n\n"
+      "  regenerate  the target answers prompts (batched sampling) -> JSONL of input_ids / loss_mask\n"
+      "  hidden      the target's hidden states for those sequences -> safetensors samples + manifest\n";
+  if (argc < 1 || !std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h")) {
+    std::fputs(usage, argc < 1 ? stderr : stdout);
+    return argc < 1 ? 2 : 0;
+  }
+  const std::string sub = argv[0];
+  if (sub == "regenerate") return regenerate_cmd(argc - 1, argv + 1);
+  if (sub == "hidden") return hidden_cmd(argc - 1, argv + 1);
+  std::fprintf(stderr, "dspark datagen: unknown subcommand '%s'\n\n%s", sub.c_str(), usage);
+  return 2;
+}
+
+}  // namespace dspark

@@ -164,7 +164,7 @@ int hidden_cmd(int argc, char** argv) {
   opt.target_path = abs_path(dir);
   opt.target_config_crc32 = datagen::crc32_hex(crc32_file((fs::path(dir) / "config.json").string()));
   auto model = Model::load(dir, LoadOptions{dtype});
-  const datagen::HiddenStats st = datagen::extract_hidden(*model, args.str("data"), args.str("out"), opt);
+  const datagen::HiddenStats st = datagen::extract_hidden(*model, abs_path(args.str("data")), args.str("out"), opt);
   std::printf("hidden: %lld samples in range, %lld already done, %lld written (%lld repaired); %lld tokens in %.2f s "
               "(%.1f tok/s, %lld forward passes)\n",
               (long long)st.samples, (long long)st.skipped, (long long)st.written, (long long)st.repaired,

@@ -123,6 +123,7 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
   const std::vector<int32_t> stops = regen_stop_tokens(tok, cfg);
 
   RegenStats st;
+  if (const fs::path parent = fs::path(out_path).parent_path(); !parent.empty()) fs::create_directories(parent);
   // What the output already holds; a partial last line (a crash mid-write) is cut off.
   RegenFile existing = read_regen_file(out_path, /*missing_ok=*/true);
   if (existing.truncated_tail) {

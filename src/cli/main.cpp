@@ -18,12 +18,13 @@ struct Command {
 const Command kCommands[] = {
     {"generate", "generate text from a prompt with a local HF checkpoint", dspark::cmd_generate},
     {"tokenize", "print the token ids of text read from stdin", dspark::cmd_tokenize},
-    {"bench", "measure target step latency (SPS curve) and prefill speed", dspark::cmd_bench},
+    {"bench", "benchmarks: target step latency (SPS curve), memory bandwidth, speculative speedup", dspark::cmd_bench},
     {"model", "create (random, for tests) or inspect model directories", dspark::cmd_model},
     {"corpus", "build the training corpus from Debian-shipped text; tokenize it into shards", dspark::cmd_corpus},
     {"tokenizer", "train a byte-level BPE tokenizer.json", dspark::cmd_tokenizer},
     {"train", "train target models and drafters (runs the dspark-train binary)", dspark::cmd_train},
     {"datagen", "drafter training data: regenerate responses with the target, store its hidden states", dspark::cmd_datagen},
+    {"calibrate", "fit a DSpark drafter's confidence temperatures (STS) on held-out prompts", dspark::cmd_calibrate},
 };
 
 void print_usage(FILE* out) {

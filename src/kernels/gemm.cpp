@@ -1,5 +1,8 @@
 #include "kernels/gemm.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -10,6 +13,13 @@ namespace {
 
 GemmBackend pick_auto() {
   const CpuFeatures& f = cpu_features();
+  // DSPARK_GEMM=avx2|onednn|reference overrides the choice (benchmarks, and testing every backend on one machine).
+  if (const char* env = std::getenv("DSPARK_GEMM")) {
+    const std::string v = env;
+    if (v == "onednn") return GemmBackend::OneDnn;
+    if (v == "reference") return GemmBackend::Reference;
+    if (v == "avx2" && f.avx2 && f.fma) return GemmBackend::Avx2;
+  }
   if (f.amx_bf16 || f.avx512_bf16) return GemmBackend::OneDnn;
   if (f.avx2 && f.fma) return GemmBackend::Avx2;
   return GemmBackend::Reference;
@@ -55,6 +65,11 @@ void gemm(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, i
     case GemmBackend::Avx2:
       return detail::gemm_avx2(x, m, ldx, w, y, ldy, accumulate);
     case GemmBackend::OneDnn:
+      // f32 weights stay on the dot kernel: its result for a row does not depend on how many rows are in
+      // the batch, which the f32 mode's token-identical speculative greedy decoding relies on. oneDNN
+      // chooses its blocking (and so its summation order) by shape.
+      if (w.dtype != DType::BF16 && cpu_features().avx2 && cpu_features().fma)
+        return detail::gemm_avx2(x, m, ldx, w, y, ldy, accumulate);
       return detail::gemm_onednn(x, m, ldx, w, y, ldy, accumulate);
     default:
       return detail::gemm_reference(x, m, ldx, w, y, ldy, accumulate);

@@ -34,7 +34,7 @@ std::vector<double> exact(const std::vector<float>& x, int m, int ldx, const Wei
   return y;
 }
 
-void run_case(const Case& c, GemmBackend backend) {
+void run_case(const Case& c, GemmBackend backend, bool onednn_direct = false) {
   std::mt19937 rng(c.m * 1000003 + c.n * 1009 + c.k);
   std::normal_distribution<float> nd;
   const int ldx = c.k + 3, ldw = c.k + 5, ldy = c.n + 7;  // strides wider than the rows
@@ -48,9 +48,13 @@ void run_case(const Case& c, GemmBackend backend) {
   std::vector<float> y(size_t(c.m) * ldy, 0.f), init(y.size());
   for (auto& v : init) v = nd(rng);
   if (c.accumulate) y = init;
-  set_gemm_backend(backend);
-  gemm(x.data(), c.m, ldx, w, y.data(), ldy, c.accumulate);
-  set_gemm_backend(GemmBackend::Auto);
+  if (onednn_direct) {
+    detail::gemm_onednn(x.data(), c.m, ldx, w, y.data(), ldy, c.accumulate);
+  } else {
+    set_gemm_backend(backend);
+    gemm(x.data(), c.m, ldx, w, y.data(), ldy, c.accumulate);
+    set_gemm_backend(GemmBackend::Auto);
+  }
   auto ref = exact(x, c.m, ldx, w);
   for (int i = 0; i < c.m; ++i)
     for (int j = 0; j < c.n; ++j) {
@@ -96,7 +100,30 @@ TEST(Gemm, OneDnnBf16IsExactOrRefusedClearly) {
 
 TEST(Gemm, OneDnnF32MatchesExact) {
   for (const Case& c : cases())
-    if (c.dtype == DType::F32 && c.m <= 17) run_case(c, GemmBackend::OneDnn);
+    if (c.dtype == DType::F32 && c.m <= 17) run_case(c, GemmBackend::OneDnn, /*onednn_direct=*/true);
+}
+
+// Whatever backend is chosen, a row's f32 result does not depend on the other rows in the batch: the f32
+// mode's token-identical speculative greedy decoding rests on it.
+TEST(Gemm, F32RowsAreBatchInvariantOnEveryBackend) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  const int n = 37, k = 300, m = 9;
+  std::vector<float> wf(size_t(n) * k), x(size_t(m) * k);
+  for (auto& v : wf) v = nd(rng);
+  for (auto& v : x) v = nd(rng);
+  WeightMatrix w{DType::F32, n, k, k, wf.data()};
+  std::vector<GemmBackend> backends = {GemmBackend::Reference, GemmBackend::OneDnn};
+  if (cpu_features().avx2 && cpu_features().fma) backends.push_back(GemmBackend::Avx2);
+  for (GemmBackend b : backends) {
+    set_gemm_backend(b);
+    std::vector<float> one(static_cast<size_t>(n)), all(static_cast<size_t>(m * n));
+    gemm(x.data() + 4 * k, 1, k, w, one.data(), n, false);
+    gemm(x.data(), m, k, w, all.data(), n, false);
+    set_gemm_backend(GemmBackend::Auto);
+    for (int j = 0; j < n; ++j)
+      ASSERT_EQ(one[size_t(j)], all[size_t(4 * n + j)]) << gemm_backend_name(b) << " column " << j;
+  }
 }
 
 }  // namespace

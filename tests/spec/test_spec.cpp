@@ -304,8 +304,19 @@ ChiSquare sampled_fit(Harness& h, Drafter& d, const SpecConfig& sc, VerifyLength
   for (int r = 0; r < runs; ++r) {
     gp.sampling.seed = uint64_t(r) * 7919 + 17;
     auto res = h.spec(prompt, gp, d, sc, policy, metrics);
+    if (res.tokens.size() < size_t(n_tokens)) {
+      ADD_FAILURE() << "run " << r << " produced " << res.tokens.size() << " tokens, want " << n_tokens;
+      break;
+    }
     size_t cell = 0;
-    for (int i = 0; i < n_tokens; ++i) cell = cell * size_t(V) + size_t(res.tokens[size_t(i)]);
+    for (int i = 0; i < n_tokens; ++i) {
+      const int32_t t = res.tokens[size_t(i)];
+      if (t < 0 || t >= V) {
+        ADD_FAILURE() << "run " << r << " produced token " << t << " outside the vocabulary of " << V;
+        return chi_square(counts, exact);
+      }
+      cell = cell * size_t(V) + size_t(t);
+    }
     ++counts[cell];
   }
   return chi_square(counts, exact);

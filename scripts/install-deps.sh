@@ -11,7 +11,7 @@ packages=(
   libhiredis-dev
   # training (its own binary): libtorch, with OpenBLAS behind it (Debian's default BLAS is
   # the slow reference one; the OpenMP build shares libgomp with libtorch)
-  libtorch-dev libopenblas0-openmp
+  libtorch-dev libopenblas0-openmp libgloo-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch redis-server
   gnuplot-nox

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "core/timer.h"
+#include "train/drafter_trainer.h"
 #include "train/lm_trainer.h"
 
 namespace dspark::train {
@@ -104,6 +105,83 @@ int cmd_eval(int argc, char** argv) {
   return 0;
 }
 
+int cmd_drafter(int argc, char** argv) {
+  Args a;
+  a.flag("method", "dspark, dflash or eagle3", true, "dspark")
+      .flag("target", "target model directory (frozen embeddings and lm_head)")
+      .flag("data", "hidden-state dataset (dspark datagen hidden)")
+      .flag("out", "run directory; the drafter is written to OUT/drafter")
+      .flag("layers", "draft layers (DSpark / DFlash; EAGLE-3 has one)", true, "2")
+      .flag("drafts", "drafts per pass: DSpark gamma, DFlash block - 1, EAGLE-3 TTT steps", true, "8")
+      .flag("markov-rank", "DSpark Markov head rank (0: none)", true, "64")
+      .flag("markov-head", "vanilla, gated or rnn", true, "vanilla")
+      .flag("no-confidence", "DSpark without the confidence head", false)
+      .flag("anchors", "anchors per sequence", true, "512")
+      .flag("epochs", "passes over the training samples", true, "1")
+      .flag("steps", "optimizer steps (0: from --epochs)", true, "0")
+      .flag("batch", "sequences per optimizer step (global)", true, "8")
+      .flag("lr", "peak learning rate", true, "6e-4")
+      .flag("warmup-ratio", "warmup as a fraction of the steps", true, "0.04")
+      .flag("clip", "gradient norm clipping", true, "1.0")
+      .flag("ce", "DSpark CE weight", true, "0.1")
+      .flag("l1", "DSpark L1(q, p) weight", true, "0.9")
+      .flag("conf", "DSpark confidence BCE weight", true, "1.0")
+      .flag("decay", "position weight exp(-(k-1)/decay)", true, "4.0")
+      .flag("seed", "seed", true, "42")
+      .flag("validation-fraction", "samples held out for the final validation loss", true, "0.02")
+      .flag("threads", "compute threads (0: default)", true, "0")
+      .flag("save-every", "steps between checkpoints", true, "200")
+      .flag("stop-after", "stop after this many steps of this run (-1: never)", true, "-1")
+      .flag("resume", "continue from the latest checkpoint in --out", false)
+      .flag("rank", "this process's rank (data parallel)", true, "0")
+      .flag("world-size", "number of processes (data parallel over gloo)", true, "1")
+      .flag("master-port", "rendezvous port on 127.0.0.1", true, "29511");
+  a.parse(argc, argv);
+  if (a.help_requested()) {
+    std::cout << a.usage("train drafter",
+                         "Trains a DSpark, DFlash or EAGLE-3 drafter on target hidden states and writes OUT/drafter\n"
+                         "in the format dspark generate --speculative-config loads.");
+    return 0;
+  }
+  DrafterTrainConfig c;
+  const std::string m = a.str("method");
+  if (m == "dspark") c.method = SpecMethod::DSpark;
+  else if (m == "dflash") c.method = SpecMethod::DFlash;
+  else if (m == "eagle3") c.method = SpecMethod::Eagle3;
+  else fail("flag --method must be dspark, dflash or eagle3, got '", m, "'");
+  c.target = a.str("target");
+  c.data = a.str("data");
+  c.out = a.str("out");
+  c.layers = int(a.integer("layers"));
+  c.drafts = int(a.integer("drafts"));
+  c.markov_rank = int(a.integer("markov-rank"));
+  c.markov_head = a.str("markov-head");
+  c.confidence = !a.on("no-confidence");
+  c.anchors = int(a.integer("anchors"));
+  c.epochs = int(a.integer("epochs"));
+  c.steps = a.integer("steps");
+  c.batch = int(a.integer("batch"));
+  c.lr = a.number("lr");
+  c.warmup_ratio = a.number("warmup-ratio");
+  c.clip = a.number("clip");
+  c.ce_weight = a.number("ce");
+  c.l1_weight = a.number("l1");
+  c.conf_weight = a.number("conf");
+  c.decay = a.number("decay");
+  c.seed = uint64_t(a.integer("seed"));
+  c.validation_fraction = a.number("validation-fraction");
+  c.threads = int(a.integer("threads"));
+  c.save_every = a.integer("save-every");
+  c.stop_after = a.integer("stop-after");
+  c.resume = a.on("resume");
+  c.rank = int(a.integer("rank"));
+  c.world_size = int(a.integer("world-size"));
+  c.master_port = int(a.integer("master-port"));
+  const double loss = train_drafter(c);
+  std::printf("final loss %.5f\n", loss);
+  return 0;
+}
+
 // The matrix rate libtorch reaches on this CPU, in f32 and bf16, at a training-like shape.
 int cmd_bench_matmul(int argc, char** argv) {
   Args a;
@@ -149,6 +227,7 @@ int main(int argc, char** argv) {
   const Cmd cmds[] = {
       {"lm", "train a target language model on a tokenized corpus", dspark::train::cmd_lm},
       {"eval", "per-domain validation loss and perplexity of a model", dspark::train::cmd_eval},
+      {"drafter", "train a DSpark, DFlash or EAGLE-3 drafter on target hidden states", dspark::train::cmd_drafter},
       {"bench-matmul", "libtorch f32 and bf16 matrix-multiply rate on this CPU", dspark::train::cmd_bench_matmul},
   };
   auto usage = [&](FILE* f) {

@@ -1,0 +1,400 @@
+#include "train/drafter_trainer.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+
+#include "core/cpu.h"
+#include "core/error.h"
+#include "core/mmap_file.h"
+#include "core/safetensors.h"
+#include "datagen/hidden_dataset.h"
+#include "tokenizer/tokenizer.h"
+#include "train/checkpoint.h"
+#include "train/drafter_losses.h"
+#include "train/drafter_model.h"
+#include "train/progress.h"
+#include "train/qwen3_model.h"
+#include "train/schedule.h"
+
+namespace dspark::train {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using torch::indexing::Slice;
+
+json DrafterTrainConfig::to_json() const {
+  return {{"method", spec_method_name(method)}, {"target", target}, {"data", data}, {"out", out}, {"layers", layers},
+          {"drafts", drafts}, {"markov_rank", markov_rank}, {"markov_head", markov_head}, {"confidence", confidence},
+          {"anchors", anchors}, {"epochs", epochs}, {"steps", steps}, {"batch", batch}, {"lr", lr},
+          {"warmup_ratio", warmup_ratio}, {"min_lr_ratio", min_lr_ratio}, {"weight_decay", weight_decay}, {"clip", clip},
+          {"ce_weight", ce_weight}, {"l1_weight", l1_weight}, {"conf_weight", conf_weight}, {"decay", decay},
+          {"validation_fraction", validation_fraction}, {"seed", seed}, {"world_size", world_size}};
+}
+
+namespace {
+
+struct Frozen {
+  ModelConfig cfg;
+  torch::Tensor embed;    // [V, H]
+  torch::Tensor lm_head;  // [V, H]
+  int mask_token = -1;
+};
+
+Frozen load_frozen(const std::string& dir) {
+  Frozen f;
+  f.cfg = ModelConfig::from_dir(dir);
+  CausalLM m(f.cfg);
+  load_hf_weights(m, dir);
+  f.embed = m->model->embed_tokens->weight.detach().clone();
+  f.lm_head = m->lm_head_weight().detach().clone();
+  // The reserved mask token of the tokenizer, else the last row of the vocabulary.
+  f.mask_token = f.cfg.vocab_size - 1;
+  if (fs::exists(fs::path(dir) / "tokenizer.json")) {
+    auto tok = Tokenizer::from_dir(dir);
+    for (const char* name : {"<|mask|>", "<|MASK|>"})
+      if (auto id = tok->token_to_id(name)) {
+        f.mask_token = *id;
+        break;
+      }
+  }
+  return f;
+}
+
+DrafterConfig drafter_config(const DrafterTrainConfig& c, const Frozen& fz, const std::vector<int>& layer_ids) {
+  DrafterConfig d;
+  d.method = c.method;
+  d.layers = fz.cfg;
+  d.layers.num_layers = c.method == SpecMethod::Eagle3 ? 1 : c.layers;
+  d.layers.tie_word_embeddings = false;
+  d.target_layer_ids = layer_ids;
+  d.num_target_layers = fz.cfg.num_layers;
+  d.mask_token_id = fz.mask_token;
+  if (c.method == SpecMethod::DSpark) {
+    d.block_size = c.drafts;
+    d.markov_rank = c.markov_rank;
+    d.markov_head_type = c.markov_head;
+    d.confidence_head = c.confidence;
+    d.confidence_with_markov = c.markov_rank > 0;
+  } else if (c.method == SpecMethod::DFlash) {
+    d.block_size = c.drafts + 1;  // anchor + masks; slots 1.. are the drafts
+  } else {
+    d.draft_vocab_size = fz.cfg.vocab_size;
+    d.speculative_tokens = c.drafts;
+  }
+  return d;
+}
+
+void init_weights(torch::nn::Module& m, uint64_t seed) {
+  torch::NoGradGuard ng;
+  auto gen = at::detail::createCPUGenerator(seed);
+  for (auto& p : m.named_parameters()) {
+    const std::string& n = p.key();
+    if (p.value().dim() == 1) p.value().fill_(n.find("bias") != std::string::npos ? 0.0 : 1.0);
+    else p.value().normal_(0.0, 0.02, gen);
+  }
+}
+
+// The per-sequence loss of a DSpark / DFlash drafter (weighted mean over its supervised slots).
+torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const HiddenDataset::Sample& s,
+                                  const DrafterTrainConfig& c, uint64_t anchor_seed, LossParts* parts) {
+  const int64_t T = int64_t(s.tokens.size()), n = s.layers, H = s.hidden;
+  auto hs = torch::from_blob(const_cast<float*>(s.hidden_states.data()), {T, n + 1, H}, torch::kFloat32);
+  auto features = hs.index({Slice(), Slice(0, n)}).reshape({T, n * H});
+  auto final_hidden = hs.index({Slice(), n});
+  Rng rng(anchor_seed);
+  auto anchors = sample_anchors(s.loss_mask, c.anchors, rng);
+  if (anchors.empty()) return {};
+  const bool dspark = c.method == SpecMethod::DSpark;
+  const int gamma = dspark ? c.drafts : c.drafts + 1;
+  Blocks b = build_blocks(s.tokens, s.loss_mask, anchors, gamma, fz.mask_token,
+                          dspark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly);
+  auto embeds = fz.embed.index({b.inputs.reshape({-1})});
+  auto anchor_t = torch::tensor(anchors, torch::kInt64);
+  auto h = m->backbone(features, embeds, b.positions, anchor_t);  // [N*g, H]
+  auto logits = torch::matmul(h, fz.lm_head.t());
+  torch::Tensor conf;
+  auto prev = b.prev.reshape({-1});
+  if (dspark && m->markov_head) logits = logits + m->markov_head->bias(prev, h, gamma);
+  if (dspark && m->confidence_head) {
+    auto in = m->cfg.confidence_with_markov ? torch::cat({h, m->markov_head->embed(prev)}, -1) : h;
+    conf = m->confidence_head->proj(in).squeeze(-1);
+  }
+  torch::Tensor target_logits;
+  {
+    torch::NoGradGuard ng;
+    target_logits = torch::matmul(final_hidden.index({b.target_pos.reshape({-1})}), fz.lm_head.t());
+  }
+  LossWeights w;
+  if (dspark) w = {c.ce_weight, c.l1_weight, c.conf_weight, c.decay};
+  else w = {1.0, 0.0, 0.0, c.decay};
+  LossParts lp = block_loss(logits, target_logits, b.labels.reshape({-1}), b.valid.reshape({-1}), b.slot.reshape({-1}),
+                            conf, w);
+  if (parts) *parts = lp;
+  if (lp.weight_sum <= 0) return {};
+  return lp.total;
+}
+
+// EAGLE-3 with training-time test: step 0 reads target features, step s >= 1 its own outputs;
+// each query sees step-0 keys causally plus the diagonal keys of steps 1..s.
+torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const HiddenDataset::Sample& s,
+                                   const DrafterTrainConfig& c) {
+  const int64_t T = int64_t(s.tokens.size()), nl = s.layers, H = s.hidden, n = T - 1;
+  if (n < 2) return {};
+  auto hs = torch::from_blob(const_cast<float*>(s.hidden_states.data()), {T, nl + 1, H}, torch::kFloat32);
+  auto features = hs.index({Slice(0, n), Slice(0, nl)}).reshape({n, nl * H});
+  auto final_hidden = hs.index({Slice(), nl});
+  auto tokens = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()), torch::kInt64);
+  auto mask = torch::tensor(std::vector<int64_t>(s.loss_mask.begin(), s.loss_mask.end()), torch::kInt64).to(torch::kFloat32);
+  auto& layer = *m->layers[0]->as<Eagle3Layer>();
+  auto& at = *layer.self_attn;
+  const int64_t nh = at.n_heads, nkv = at.n_kv, hd = at.head_dim;
+  auto t_idx = torch::arange(n, torch::kInt64);
+  auto feature = m->fc(features);
+  std::vector<torch::Tensor> ks, vs;
+  torch::Tensor total = torch::zeros({});
+  const double inf = std::numeric_limits<double>::infinity();
+  for (int step = 0; step < c.drafts; ++step) {
+    auto tok_idx = (t_idx + 1 + step).clamp_max(T - 1);
+    auto x = tokens.index({tok_idx});
+    auto hn = layer.hidden_norm(feature);
+    auto in = torch::cat({layer.input_layernorm(fz.embed.index({x})), hn}, -1);
+    auto residual = m->cfg.norm_before_residual ? hn : feature;
+    auto q = at.q_proj(in).view({n, nh, hd});
+    auto k = at.k_proj(in).view({n, nkv, hd});
+    auto v = at.v_proj(in).view({n, nkv, hd});
+    if (at.qk_norm) {
+      q = at.q_norm(q);
+      k = at.k_norm(k);
+    }
+    auto [cos, sin] = rope_at(m->inv_freq, t_idx + step);
+    q = apply_rope(q.transpose(0, 1), cos, sin);
+    ks.push_back(apply_rope(k.transpose(0, 1), cos, sin));
+    vs.push_back(v.transpose(0, 1));
+    auto K = torch::cat(ks, 1), V = torch::cat(vs, 1);
+    if (nh != nkv) {
+      K = K.repeat_interleave(nh / nkv, 0);
+      V = V.repeat_interleave(nh / nkv, 0);
+    }
+    // Mask [n, (step+1) n]: causal over step 0, the diagonal of later steps.
+    std::vector<torch::Tensor> blocks;
+    auto causal = torch::full({n, n}, -inf).triu(1);
+    blocks.push_back(causal);
+    auto diag = torch::full({n, n}, -inf);
+    diag.fill_diagonal_(0.0);
+    for (int i = 1; i <= step; ++i) blocks.push_back(diag);
+    auto att_mask = torch::cat(blocks, 1).to(torch::kFloat32);
+    auto scores = torch::matmul(q, K.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd))) + att_mask;
+    auto o = torch::matmul(torch::softmax(scores, -1), V).transpose(0, 1).reshape({n, nh * hd});
+    auto out = residual + at.o_proj(o);
+    out = out + layer.mlp(layer.post_attention_layernorm(out));
+    auto logits = m->lm_head(m->norm(out));
+    // Target: the distribution at t + 1 + step predicts x_{t + 2 + step}.
+    auto tgt_pos = (t_idx + 1 + step).clamp_max(T - 1);
+    auto lab_pos = (t_idx + 2 + step);
+    auto valid = (lab_pos < T).to(torch::kFloat32) * mask.index({lab_pos.clamp_max(T - 1)});
+    torch::Tensor p;
+    {
+      torch::NoGradGuard ng;
+      p = torch::softmax(torch::matmul(final_hidden.index({tgt_pos}), fz.lm_head.t()), -1);
+    }
+    auto soft_ce = -(p * torch::log_softmax(logits, -1)).sum(-1);
+    const double vs_sum = valid.sum().item<double>();
+    if (vs_sum > 0) total = total + std::pow(0.8, step) * (valid * soft_ce).sum() / vs_sum;
+    feature = out;  // the layer's own output feeds the next step
+  }
+  return total;
+}
+
+std::shared_ptr<c10d::ProcessGroup> make_group(const DrafterTrainConfig& c) {
+  if (c.world_size <= 1) return nullptr;
+  c10d::TCPStoreOptions opts;
+  opts.port = uint16_t(c.master_port);
+  opts.isServer = c.rank == 0;
+  opts.numWorkers = c.world_size;
+  opts.waitWorkers = true;
+  opts.timeout = std::chrono::seconds(120);
+  auto store = c10::make_intrusive<c10d::TCPStore>(c.master_addr, opts);
+  auto options = c10d::ProcessGroupGloo::Options::create();
+  options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(c.master_addr));
+  return std::make_shared<c10d::ProcessGroupGloo>(store, c.rank, c.world_size, options);
+}
+
+void all_reduce_sum(c10d::ProcessGroup* pg, torch::Tensor& t) {
+  if (!pg) return;
+  std::vector<at::Tensor> ts{t};
+  pg->allreduce(ts)->wait();
+}
+
+void save_drafter(torch::nn::Module& m, const DrafterConfig& dc, const std::string& dir, int vocab) {
+  fs::create_directories(dir);
+  SafetensorsWriter w;
+  for (const auto& p : m.named_parameters()) {
+    auto t = p.value().detach().to(torch::kFloat32).contiguous();
+    std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
+    w.add_f32(p.key(), shape, t.data_ptr<float>(), t.dim() == 1 ? DType::F32 : DType::BF16);
+  }
+  json cfg;
+  if (dc.method == SpecMethod::Eagle3) {
+    std::vector<int64_t> d2t(size_t(vocab), 0);
+    std::vector<uint8_t> t2d(size_t(vocab), 1);
+    w.add("d2t", DType::I64, {vocab}, d2t.data());
+    w.add("t2d", DType::BOOL, {vocab}, t2d.data());
+    json layer = dc.layers.to_json();
+    layer.erase("architectures");
+    std::vector<int> aux;
+    for (int id : dc.target_layer_ids) aux.push_back(id + 1);  // Speculators: input of layer i
+    cfg = {{"architectures", {"Eagle3Speculator"}},
+           {"speculators_model_type", "eagle3"},
+           {"speculators_config",
+            {{"algorithm", "eagle3"},
+             {"proposal_methods", {{{"proposal_type", "greedy"}, {"speculative_tokens", dc.speculative_tokens}}}}}},
+           {"transformer_layer_config", layer},
+           {"draft_vocab_size", vocab},
+           {"eagle_aux_hidden_state_layer_ids", aux},
+           {"norm_before_residual", dc.norm_before_residual}};
+  } else {
+    cfg = dc.to_deepspec_json();
+  }
+  w.write((fs::path(dir) / "model.safetensors").string());
+  const std::string text = cfg.dump(2) + "\n";
+  write_file_atomic((fs::path(dir) / "config.json").string(), text.data(), text.size());
+}
+
+}  // namespace
+
+double train_drafter(const DrafterTrainConfig& c) {
+  if (c.world_size < 1 || c.rank < 0 || c.rank >= c.world_size) fail("rank ", c.rank, " is outside world size ", c.world_size);
+  if (c.batch % c.world_size != 0) fail("batch ", c.batch, " must be a multiple of the number of processes ", c.world_size);
+  if (c.drafts < 1 || c.drafts > 32) fail("drafts must be between 1 and 32");
+  if (c.method == SpecMethod::Ngram) fail("n-gram needs no training");
+  if (c.threads > 0) at::set_num_threads(c.threads);
+  torch::manual_seed(c.seed);
+  HiddenDataset data = HiddenDataset::open(c.data);
+  Frozen fz = load_frozen(c.target);
+  if (data.hidden_size() != fz.cfg.hidden_size)
+    fail(c.data, ": hidden size ", data.hidden_size(), " differs from the target's ", fz.cfg.hidden_size);
+  const DrafterConfig dc = drafter_config(c, fz, data.layer_ids());
+  const size_t n_total = data.size();
+  const size_t n_val = std::min(n_total / 2, size_t(std::ceil(double(n_total) * c.validation_fraction)));
+  const size_t n_train = n_total - n_val;
+  if (n_train == 0) fail(c.data, ": no training samples");
+  const int64_t steps_per_epoch = std::max<int64_t>(1, int64_t(n_train) / c.batch);
+  const int64_t total_steps = c.steps > 0 ? c.steps : steps_per_epoch * c.epochs;
+
+  std::shared_ptr<torch::nn::Module> module;
+  BlockDrafter block{nullptr};
+  Eagle3Drafter eagle{nullptr};
+  if (c.method == SpecMethod::Eagle3) {
+    eagle = Eagle3Drafter(dc, fz.cfg.hidden_size, fz.cfg.vocab_size);
+    module = eagle.ptr();
+  } else {
+    block = BlockDrafter(dc, fz.cfg.hidden_size);
+    module = block.ptr();
+  }
+  init_weights(*module, c.seed);
+  torch::optim::AdamW opt(module->parameters(),
+                          torch::optim::AdamWOptions(c.lr).betas({0.9, 0.999}).eps(1e-8).weight_decay(c.weight_decay));
+  LrSchedule sched{c.lr, int64_t(std::ceil(c.warmup_ratio * double(total_steps))), total_steps, c.min_lr_ratio};
+  auto pg = make_group(c);
+  const bool lead = c.rank == 0;
+
+  fs::create_directories(c.out);
+  int64_t step = 0, tokens = 0;
+  if (c.resume) {
+    auto ck = latest_checkpoint(c.out);
+    if (!ck) fail(c.out, ": --resume given but the run has no checkpoint");
+    CheckpointState st = load_checkpoint(*ck, *module, opt);
+    step = st.step;
+    tokens = st.tokens;
+  } else if (lead && latest_checkpoint(c.out)) {
+    fail(c.out, ": holds checkpoints of an earlier run; pass --resume or choose another --out");
+  }
+  std::unique_ptr<Progress> progress;
+  if (lead) {
+    progress = std::make_unique<Progress>(total_steps, (fs::path(c.out) / "train_log.jsonl").string(), c.resume);
+    if (!c.resume)
+      progress->event({{"event", "start"}, {"method", spec_method_name(c.method)}, {"train_samples", n_train},
+                       {"validation_samples", n_val}, {"steps", total_steps}, {"world_size", c.world_size},
+                       {"trainable_parameters", [&] {
+                          int64_t p = 0;
+                          for (auto& t : module->parameters()) p += t.numel();
+                          return p;
+                        }()}});
+  }
+  // Epoch e visits the training samples in an order shuffled by (seed, e).
+  auto sample_at = [&](int64_t global) {
+    const int64_t epoch = global / int64_t(n_train), i = global % int64_t(n_train);
+    std::vector<size_t> order(n_train);
+    for (size_t k = 0; k < n_train; ++k) order[k] = k;
+    Rng r(c.seed, uint64_t(epoch) + 1000);
+    for (size_t k = n_train - 1; k > 0; --k) std::swap(order[k], order[size_t(r.next() % (k + 1))]);
+    return std::make_pair(order[size_t(i)], uint64_t(epoch));
+  };
+  const int per_rank = c.batch / c.world_size;
+  double last = 0;
+  int64_t run_steps = 0;
+  module->train();
+  while (step < total_steps) {
+    const double lr = sched.at(step);
+    for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
+    opt.zero_grad();
+    double local_loss = 0;
+    int64_t local_tokens = 0;
+    for (int i = 0; i < per_rank; ++i) {
+      const int64_t global = step * c.batch + int64_t(c.rank) * per_rank + i;
+      auto [idx, epoch] = sample_at(global);
+      HiddenDataset::Sample s = data.load(idx);
+      local_tokens += int64_t(s.tokens.size());
+      torch::Tensor loss = c.method == SpecMethod::Eagle3
+                               ? eagle3_sequence_loss(eagle, fz, s, c)
+                               : block_sequence_loss(block, fz, s, c, c.seed * 1000003ull + idx * 7919ull + epoch, nullptr);
+      if (!loss.defined()) continue;
+      (loss / double(c.batch)).backward();
+      local_loss += loss.item<double>() / double(c.batch);
+    }
+    // Average gradients over processes (each holds sum_i loss_i / batch of its share).
+    for (auto& p : module->parameters()) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      all_reduce_sum(pg.get(), p.mutable_grad());
+    }
+    auto stats = torch::tensor({local_loss, double(local_tokens)}, torch::kFloat64);
+    all_reduce_sum(pg.get(), stats);
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(module->parameters(), c.clip);
+    opt.step();
+    last = stats[0].item<double>();
+    tokens += int64_t(stats[1].item<double>());
+    if (lead) progress->step(step, tokens, {{"loss", last}, {"lr", lr}, {"grad_norm", grad_norm}});
+    ++step;
+    ++run_steps;
+    const bool stop_now = run_steps == c.stop_after;
+    if (lead && (step % c.save_every == 0 || step == total_steps || stop_now))
+      save_checkpoint(c.out, *module, opt, CheckpointState{step, tokens, c.to_json()});
+    if (stop_now) break;
+  }
+  if (lead && step == total_steps) {
+    // Validation loss on held-out samples.
+    torch::NoGradGuard ng;
+    module->eval();
+    double vsum = 0;
+    int vcount = 0;
+    for (size_t i = n_train; i < n_total; ++i) {
+      HiddenDataset::Sample s = data.load(i);
+      torch::Tensor loss = c.method == SpecMethod::Eagle3 ? eagle3_sequence_loss(eagle, fz, s, c)
+                                                          : block_sequence_loss(block, fz, s, c, c.seed + i, nullptr);
+      if (!loss.defined()) continue;
+      vsum += loss.item<double>();
+      ++vcount;
+    }
+    save_drafter(*module, dc, (fs::path(c.out) / "drafter").string(), fz.cfg.vocab_size);
+    progress->event({{"event", "done"}, {"step", step}, {"validation_loss", vcount ? vsum / vcount : 0.0},
+                     {"drafter", (fs::path(c.out) / "drafter").string()}});
+    progress->finish();
+  }
+  return last;
+}
+
+}  // namespace dspark::train

@@ -1,0 +1,48 @@
+// Drafter training on extracted target hidden states (dspark datagen hidden): DSpark (Markov
+// and confidence heads), the DFlash baseline (same backbone, CE only), and EAGLE-3 with
+// training-time-test unrolling. Data-parallel across processes over libtorch's gloo group.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "spec/spec_config.h"
+
+namespace dspark::train {
+
+struct DrafterTrainConfig {
+  SpecMethod method = SpecMethod::DSpark;
+  std::string target;  // target HF directory (config, frozen embeddings and lm_head)
+  std::string data;    // hidden-state dataset (dspark datagen hidden)
+  std::string out;     // run directory; the drafter is written to OUT/drafter
+  int layers = 2;
+  int drafts = 8;      // drafts per pass: DSpark gamma, DFlash block - 1, EAGLE-3 TTT steps
+  int markov_rank = 64;
+  std::string markov_head = "vanilla";
+  bool confidence = true;
+  int anchors = 512;   // per sequence (DSpark / DFlash)
+  int epochs = 1;
+  int64_t steps = 0;   // 0: epochs over the training samples
+  int batch = 8;       // sequences per optimizer step (global, over all processes)
+  double lr = 6e-4, warmup_ratio = 0.04, min_lr_ratio = 0.0, weight_decay = 0.0, clip = 1.0;
+  double ce_weight = 0.1, l1_weight = 0.9, conf_weight = 1.0, decay = 4.0;
+  double validation_fraction = 0.02;
+  uint64_t seed = 42;
+  std::string precision = "auto";
+  int threads = 0;
+  int64_t save_every = 200;
+  int64_t stop_after = -1;
+  bool resume = false;
+  // Data parallel: this process's rank among world_size, rendezvous at master_addr:master_port.
+  int rank = 0, world_size = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29511;
+
+  nlohmann::json to_json() const;
+};
+
+// Trains and writes OUT/drafter in the format the engine loads. Returns the last step's
+// (all-process mean) loss.
+double train_drafter(const DrafterTrainConfig& cfg);
+
+}  // namespace dspark::train

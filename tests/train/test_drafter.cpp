@@ -1,0 +1,234 @@
+// Drafter training: losses against hand-computed values, anchors and masks against brute-force
+// constructions, a tiny end-to-end run (regenerate -> hidden states -> training -> the engine
+// loads the drafter and measures acceptance), and two data-parallel processes over gloo giving
+// the losses of one process at the same global batch.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+
+#include "../datagen/fixtures.h"
+#include "datagen/hidden.h"
+#include "datagen/regenerate.h"
+#include "model/forward.h"
+#include "runtime/spec_generate.h"
+#include "spec/drafter.h"
+#include "train/drafter_losses.h"
+#include "train/drafter_model.h"
+#include "train/drafter_trainer.h"
+
+namespace dspark::train {
+namespace {
+
+using dspark::testing::TempDir;
+
+TEST(DrafterLosses, BlockLossMatchesHandComputation) {
+  const int M = 3, V = 4;
+  const double z[M][V] = {{1.0, 0.5, -1.0, 0.0}, {0.2, 0.1, 0.3, -0.4}, {2.0, -2.0, 0.0, 1.0}};
+  const double t[M][V] = {{0.5, 1.0, 0.0, -0.5}, {0.0, 0.0, 0.0, 0.0}, {1.0, 1.0, 1.0, 3.0}};
+  const int64_t label[M] = {1, 2, 3};
+  const float valid[M] = {1, 1, 0};  // the last slot is past the supervised prefix
+  const int64_t slot[M] = {1, 2, 3};
+  const double conf[M] = {0.3, -1.2, 0.7};
+  auto to_t = [](const double (*a)[V]) {
+    std::vector<float> v;
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < V; ++j) v.push_back(float(a[i][j]));
+    return torch::tensor(v).view({M, V});
+  };
+  LossWeights w{0.1, 0.9, 1.0, 4.0};
+  LossParts got = block_loss(to_t(z), to_t(t), torch::tensor(std::vector<int64_t>(label, label + M)),
+                             torch::tensor(std::vector<float>(valid, valid + M)),
+                             torch::tensor(std::vector<int64_t>(slot, slot + M)),
+                             torch::tensor(std::vector<float>({float(conf[0]), float(conf[1]), float(conf[2])})), w);
+  // By hand.
+  double ws = 0, ce = 0, l1 = 0, bce = 0;
+  for (int i = 0; i < M; ++i) {
+    double zmax = -1e9, tmax = -1e9, zs = 0, ts = 0;
+    for (int j = 0; j < V; ++j) zmax = std::max(zmax, z[i][j]), tmax = std::max(tmax, t[i][j]);
+    for (int j = 0; j < V; ++j) zs += std::exp(z[i][j] - zmax), ts += std::exp(t[i][j] - tmax);
+    double dist = 0;
+    for (int j = 0; j < V; ++j) dist += std::abs(std::exp(z[i][j] - zmax) / zs - std::exp(t[i][j] - tmax) / ts);
+    const double wk = std::exp(-(slot[i] - 1) / 4.0) * valid[i];
+    const double c_star = std::clamp(1.0 - 0.5 * dist, 0.0, 1.0);
+    const double sig = 1 / (1 + std::exp(-conf[i]));
+    ws += wk;
+    ce += wk * -(z[i][label[i]] - zmax - std::log(zs));
+    l1 += wk * dist;
+    bce += wk * -(c_star * std::log(sig) + (1 - c_star) * std::log(1 - sig));
+  }
+  EXPECT_NEAR(got.weight_sum, ws, 1e-6);
+  EXPECT_NEAR(got.ce.item<double>(), ce / ws, 1e-5);
+  EXPECT_NEAR(got.l1.item<double>(), l1 / ws, 1e-5);
+  EXPECT_NEAR(got.conf.item<double>(), bce / ws, 1e-5);
+  EXPECT_NEAR(got.total.item<double>(), (0.1 * ce + 0.9 * l1 + bce) / ws, 1e-5);
+}
+
+TEST(DrafterBlocks, AnchorsAndMasksMatchBruteForce) {
+  //                  0  1  2  3  4  5  6  7  8  9 10 11
+  const std::vector<uint8_t> mask = {0, 0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 1};
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 12; ++i) tokens.push_back(100 + i);
+  std::set<int64_t> eligible;
+  for (int a = 0; a + 1 < 12; ++a)
+    if (mask[size_t(a)] && mask[size_t(a + 1)]) eligible.insert(a);
+  std::map<int64_t, int> seen;
+  Rng rng(3);
+  for (int trial = 0; trial < 2000; ++trial) {
+    auto anchors = sample_anchors(mask, 3, rng);
+    ASSERT_EQ(anchors.size(), 3u);
+    ASSERT_TRUE(std::is_sorted(anchors.begin(), anchors.end()));
+    ASSERT_EQ(std::set<int64_t>(anchors.begin(), anchors.end()).size(), 3u);
+    for (int64_t a : anchors) {
+      ASSERT_TRUE(eligible.count(a)) << a;
+      ++seen[a];
+    }
+  }
+  // Uniform over the 6 eligible anchors: each appears in half of the 2000 draws of 3.
+  for (int64_t a : eligible) EXPECT_NEAR(seen[a], 1000, 120) << a;
+  EXPECT_EQ(sample_anchors(mask, 50, rng).size(), eligible.size());
+
+  const std::vector<int64_t> anchors = {3, 8};
+  const int g = 4, mask_id = 7;
+  for (BlockLayout layout : {BlockLayout::AnchorFirst, BlockLayout::MaskOnly}) {
+    Blocks b = build_blocks(tokens, mask, anchors, g, mask_id, layout);
+    for (int j = 0; j < 2; ++j) {
+      const int64_t a = anchors[size_t(j)];
+      bool ok = true;
+      for (int k = 0; k < g; ++k) {
+        EXPECT_EQ(b.inputs[j][k].item<int64_t>(), k == 0 ? tokens[size_t(a)] : mask_id);
+        EXPECT_EQ(b.positions[j][k].item<int64_t>(), a + k);
+        const int64_t y = layout == BlockLayout::AnchorFirst ? a + k + 1 : a + k;
+        const bool predicts = layout == BlockLayout::AnchorFirst || k > 0;
+        ok = ok && predicts && y < 12 && mask[size_t(y)];
+        if (!predicts) ok = true;  // slot 0 of a DFlash block neither predicts nor breaks the prefix
+        const bool valid = predicts && ok;
+        EXPECT_EQ(b.valid[j][k].item<float>(), valid ? 1.f : 0.f) << "block " << j << " slot " << k;
+        if (valid) {
+          EXPECT_EQ(b.labels[j][k].item<int64_t>(), tokens[size_t(y)]);
+          EXPECT_EQ(b.target_pos[j][k].item<int64_t>(), y - 1);
+          EXPECT_EQ(b.prev[j][k].item<int64_t>(), tokens[size_t(y - 1)]);
+        }
+      }
+    }
+  }
+  // The attention mask, brute force: block j slot k sees context t < a_j and its own block.
+  auto m = block_attention_mask(torch::tensor(anchors), 12, g);
+  ASSERT_EQ(m.size(0), 8);
+  ASSERT_EQ(m.size(1), 12 + 8);
+  for (int r = 0; r < 8; ++r)
+    for (int c = 0; c < 20; ++c) {
+      const int j = r / g;
+      const bool visible = c < 12 ? c < anchors[size_t(j)] : (c - 12) / g == j;
+      EXPECT_EQ(std::isinf(m[r][c].item<float>()), !visible) << r << "," << c;
+    }
+}
+
+// One tiny target, regenerated responses and hidden states, shared by the tests below.
+struct Pipeline {
+  TempDir dir;
+  std::string target, regen, hidden;
+  Pipeline() {
+    target = dir.sub("target");
+    auto tok_path = dir.write("target/tokenizer.json", dspark::testing::tiny_tokenizer_json(300));
+    ModelConfig cfg = dspark::testing::tiny_config();
+    save_model_dir(cfg, dspark::testing::BiasedSource(7, dspark::testing::kImEnd, 0.25f), target, DType::F32);
+    auto model = Model::load(target, LoadOptions{DType::F32});
+    auto tok = Tokenizer::from_file(tok_path);
+    datagen::RegenOptions ro;
+    ro.max_tokens = 40;
+    ro.batch = 8;
+    ro.progress = false;
+    ro.log = [](const std::string&) {};
+    regen = (std::filesystem::path(dir.path()) / "regen.jsonl").string();
+    datagen::regenerate(*model, *tok, dspark::testing::some_prompts(24), regen, ro);
+    datagen::HiddenOptions ho;
+    ho.layer_ids = {0, 2};
+    ho.progress = false;
+    ho.log = [](const std::string&) {};
+    hidden = dir.sub("hidden");
+    datagen::extract_hidden(*model, regen, hidden, ho);
+  }
+};
+
+Pipeline& pipeline() {
+  static Pipeline p;
+  return p;
+}
+
+DrafterTrainConfig tiny_config(SpecMethod method, const std::string& out) {
+  DrafterTrainConfig c;
+  c.method = method;
+  c.target = pipeline().target;
+  c.data = pipeline().hidden;
+  c.out = out;
+  c.layers = 1;
+  c.drafts = 4;
+  c.markov_rank = 8;
+  c.anchors = 16;
+  c.steps = 3;
+  c.batch = 4;
+  c.lr = 1e-3;
+  c.threads = 1;
+  c.validation_fraction = 0.1;
+  return c;
+}
+
+TEST(DrafterE2E, TrainedDraftersLoadAndRunInTheEngine) {
+  auto model = Model::load(pipeline().target, LoadOptions{DType::F32});
+  auto tok = Tokenizer::from_dir(pipeline().target);
+  for (SpecMethod method : {SpecMethod::DSpark, SpecMethod::DFlash, SpecMethod::Eagle3}) {
+    TempDir run;
+    DrafterTrainConfig c = tiny_config(method, run.path());
+    const double loss = train_drafter(c);
+    EXPECT_TRUE(std::isfinite(loss)) << spec_method_name(method);
+    const std::string drafter = (std::filesystem::path(run.path()) / "drafter").string();
+    SpecConfig sc = SpecConfig::parse(nlohmann::json{{"model", drafter}}.dump());
+    EXPECT_EQ(sc.method_given, false);
+    auto d = load_drafter(sc, *model, DType::F32);
+    EXPECT_EQ(sc.method, method);
+    KvCache kv(model->config().num_layers, model->config().num_kv_heads, model->config().head_dim, DType::F32, 4096);
+    Forward fwd(*model, kv);
+    const int seq = kv.create_sequence();
+    GenerateParams gp;
+    gp.max_tokens = 24;
+    SpecMetrics m;
+    FullBlockPolicy full;
+    auto res = spec_generate(fwd, seq, *tok, std::vector<int32_t>{301, 10, 20, 30}, gp, *d, sc, full, m);
+    EXPECT_GT(m.rounds, 0) << spec_method_name(method);
+    EXPECT_GE(m.mean_accepted_length(), 1.0);
+    std::printf("%s: %ld rounds, %.2f tokens per round after 3 training steps\n", spec_method_name(method),
+                long(m.rounds), m.mean_accepted_length());
+  }
+}
+
+TEST(DrafterDDP, TwoGlooProcessesMatchOneAtTheSameGlobalBatch) {
+  auto losses = [](const std::string& run) {
+    std::vector<double> out;
+    std::ifstream log(std::filesystem::path(run) / "train_log.jsonl");
+    for (std::string l; std::getline(log, l);) {
+      auto j = nlohmann::json::parse(l);
+      if (j.contains("loss") && !j.contains("event")) out.push_back(j["loss"].get<double>());
+    }
+    return out;
+  };
+  TempDir one, two;
+  train_drafter(tiny_config(SpecMethod::DSpark, one.path()));
+  const auto& p = pipeline();
+  const std::string common = std::string(DSPARK_TRAIN_BIN) + " drafter --method dspark --target " + p.target +
+                             " --data " + p.hidden + " --out " + two.path() +
+                             " --layers 1 --drafts 4 --markov-rank 8 --anchors 16 --steps 3 --batch 4 --lr 1e-3"
+                             " --threads 1 --validation-fraction 0.1 --world-size 2 --master-port 29631";
+  const std::string cmd = common + " --rank 1 > " + two.path() + "/rank1.log 2>&1 & " + common + " --rank 0 > " +
+                          two.path() + "/rank0.log 2>&1; wait";
+  ASSERT_EQ(std::system(("sh -c '" + cmd + "'").c_str()), 0) << cmd;
+  const auto a = losses(one.path()), b = losses(two.path());
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::abs(a[i])) << "step " << i;
+}
+
+}  // namespace
+}  // namespace dspark::train

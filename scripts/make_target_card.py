@@ -45,9 +45,22 @@ def main():
         series.append((f"val {d}", [(e["step"], e["validation_loss"][d]) for e in evals if d in e["validation_loss"]]))
     line_plot(os.path.join(a.model, "loss.svg"), a.title + ": loss", "optimizer step", "next-token loss", series)
 
-    elapsed = steps[-1]["elapsed_s"]
+    # A resumed run restarts elapsed_s at its checkpoint: split the log into segments and add them up
+    # (steps between the checkpoint and the interruption are computed twice and counted twice).
+    segments, seg = [], [steps[0]]
+    for e in steps[1:]:
+        if e["elapsed_s"] < seg[-1]["elapsed_s"]:
+            segments.append(seg)
+            seg = []
+        seg.append(e)
+    segments.append(seg)
+    elapsed = sum(sg[-1]["elapsed_s"] for sg in segments)
+    step_tokens = tcfg["batch"] * tcfg["seq_len"]
+    computed = sum(len(sg) for sg in segments) * step_tokens
     tokens = steps[-1]["tokens"]
-    tok_s = tokens / elapsed
+    tok_s = computed / elapsed
+    dts = sorted(b["elapsed_s"] - a["elapsed_s"] for sg in segments for a, b in zip(sg, sg[1:]))
+    median_tok_s = step_tokens / dts[len(dts) // 2]
     H, L, I, V = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["intermediate_size"], cfg["vocab_size"]
     q, kv = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"]
     layer = H * (q + 2 * kv) + q * H + 3 * H * I
@@ -55,6 +68,7 @@ def main():
     # 6 N per token for the matrices (forward + backward), plus attention scores and values.
     flops_tok = 6 * (L * layer + V * H) + 6 * L * T * q
     tflops = tok_s * flops_tok / 1e12
+    median_gflops = median_tok_s * flops_tok / 1e9
 
     lines = [f"# {a.title}", "",
              "A Qwen3-architecture causal LM trained from scratch by dspark on its Debian-sourced corpus",
@@ -70,12 +84,15 @@ def main():
              f"- {tcfg['steps']} AdamW steps of {tcfg['batch']} x {T} tokens ({tokens / 1e6:.2f} M tokens), lr {tcfg['lr']} "
              f"with {tcfg['warmup']} warmup steps then cosine to {tcfg['min_lr_ratio']} x, weight decay {tcfg['weight_decay']}, "
              f"clip {tcfg['clip']}, precision {start.get('precision')}, {start.get('threads')} threads.",
-             f"- One background run: {elapsed / 3600:.2f} h wall on 2 cores, {tok_s:.0f} training tok/s.",
-             f"- Achieved {tflops * 1e3:.1f} GFLOP/s of model arithmetic ({flops_tok / 1e6:.0f} MFLOP per token). "
-             f"libtorch on this CPU (measured with `dspark train bench-matmul`): f32 {mm['f32_gflops']:.1f} GFLOP/s, "
-             f"bf16 {mm['bf16_gflops']:.1f} GFLOP/s (no native bf16 units: AVX2 only), so training ran in f32; "
-             f"{100 * tflops * 1e3 / mm['f32_gflops']:.0f}% of the f32 matrix rate, "
-             f"{100 * tflops * 1e3 / mm['bf16_gflops']:.0f}% of the bf16 rate.",
+             f"- Wall time: {elapsed / 3600:.2f} h of training on 2 cores in {len(segments)} segment(s) "
+             f"(resumed from checkpoints; the machine was shared with other work part of the time), "
+             f"{tok_s:.0f} training tok/s on average, {median_tok_s:.0f} tok/s at the median step.",
+             f"- Model arithmetic ({flops_tok / 1e6:.0f} MFLOP per token): {tflops * 1e3:.1f} GFLOP/s on average, "
+             f"{median_gflops:.1f} GFLOP/s at the median step. libtorch on this CPU (`dspark train bench-matmul`, "
+             f"{mm['m']}x{mm['k']}x{mm['n']}): f32 {mm['f32_gflops']:.1f} GFLOP/s, bf16 {mm['bf16_gflops']:.1f} GFLOP/s "
+             f"(AVX2 only, no bf16 matrix units: libtorch emulates bf16), so `--precision auto` trained in f32. "
+             f"That is {100 * tflops * 1e3 / mm['f32_gflops']:.0f}% (average) and "
+             f"{100 * median_gflops / mm['f32_gflops']:.0f}% (median step) of the machine's fastest matrix rate.",
              "- Log: `train_log.jsonl`; curve: `loss.svg`.", "", "![loss](loss.svg)", "",
              "## Validation (held-out split, 64 windows of 512 tokens per domain)", "",
              "| domain | loss | perplexity |", "|---|---|---|"]

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Reproduces the demo drafters (models/demo-dspark and the DFlash / EAGLE-3 baselines) for the demo
+# target: response regeneration -> hidden-state extraction -> three drafters trained on the same data
+# with the same budget and depth -> STS calibration of the DSpark drafter -> per-domain benchmarks.
+#
+#   scripts/train-demo-drafters.sh [WORK_DIR] [TARGET_DIR] [CORPUS_DIR]
+#     defaults: build/demo-drafters, models/demo, build/demo-target/corpus
+#
+# Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 1500),
+# STEPS (optimizer steps per drafter, 180), BATCH (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+WORK=${1:-build/demo-drafters}
+TARGET=${2:-models/demo}
+CORPUS=${3:-build/demo-target/corpus}
+BIN=${BIN:-build}
+PROMPTS=${PROMPTS:-1500}
+STEPS=${STEPS:-180}
+ANCHORS=${ANCHORS:-64}
+DRAFTS=${DRAFTS:-8}
+LAYERS=${LAYERS:-1}
+BATCH=${BATCH:-16}
+TAPS=${TAPS:-1,3,4}
+mkdir -p "$WORK"
+
+# 1. The target answers the corpus' training instructions (T 0.7, top-p 0.8, top-k 20).
+"$BIN/dspark" datagen regenerate --model "$TARGET" --corpus "$CORPUS" --split train --limit "$PROMPTS" \
+  --out "$WORK/regen.jsonl" --max-tokens 256
+# 2. Its hidden states at the drafters' target layers.
+"$BIN/dspark" datagen hidden --model "$TARGET" --data "$WORK/regen.jsonl" --layers "$TAPS" --out "$WORK/hidden"
+
+# 3. Three drafters: same data, steps, batch, anchors, drafts per pass and depth.
+for method in dspark dflash eagle3; do
+  if [ ! -f "$WORK/$method/drafter/config.json" ]; then
+    resume=()
+    [ -f "$WORK/$method/latest" ] && resume=(--resume)
+    start=$(date +%s)
+    "$BIN/dspark" train drafter --method "$method" --target "$TARGET" --data "$WORK/hidden" --out "$WORK/$method" \
+      --layers "$LAYERS" --drafts "$DRAFTS" --anchors "$ANCHORS" --steps "$STEPS" --batch "$BATCH" --threads 2 \
+      --save-every 50 "${resume[@]}"
+    echo "{\"method\": \"$method\", \"train_seconds\": $(($(date +%s) - start))}" > "$WORK/$method/train_time.json"
+  fi
+done
+
+# 4. Sequential Temperature Scaling of the DSpark confidence head on held-out (validation) prompts.
+if [ ! -f "$WORK/calibration.json" ]; then
+  python3 - "$CORPUS/instructions/validation.jsonl" "$WORK/calib_prompts.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1]) as f, open(sys.argv[2], "w") as out:
+    for line in f:
+        text = json.loads(line)["text"]
+        user = text.split("<|im_start|>user\n", 1)[1].split("<|im_end|>", 1)[0]
+        out.write(json.dumps({"prompt": user}) + "\n")
+EOF
+  "$BIN/dspark" calibrate --model "$TARGET" --drafter "$WORK/dspark/drafter" --prompts "$WORK/calib_prompts.jsonl" \
+    --limit 48 --max-tokens 96 --json > "$WORK/calibration.json"
+fi
+
+# 5. Accepted length and speedup per domain on the corpus' held-out prompts, at T=0 and T=1.
+for method in dspark dflash eagle3; do
+  extra=""
+  [ "$method" = dspark ] && extra=', "rejection_sample_method": "block"'
+  cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\"$extra}"
+  for temp in 0 1; do
+    for domain in math translation prose instructions code; do
+      out="$WORK/bench-$method-T$temp-$domain.json"
+      [ -f "$out" ] && continue
+      raw=()
+      [ "$domain" = code ] && raw=(--raw)
+      "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" \
+        --prompts "$CORPUS/prompts/$domain.jsonl" --limit 20 --max-tokens 128 --temperature "$temp" \
+        "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
+    done
+  done
+done
+echo "drafters: $WORK/{dspark,dflash,eagle3}/drafter; calibration: $WORK/calibration.json; benchmarks: $WORK/bench-*.json"

@@ -22,8 +22,21 @@ test: build
 $(BUILD)/demo-model/config.json: | build
 	$(BUILD)/dspark model init --shape tiny-qwen3 --out $(BUILD)/demo-model --std 0.3
 
+DEMO_DRAFTER ?= models/demo-dspark
+DEMO_SPEC = {"model": "$(DEMO_DRAFTER)", "method": "dspark", "num_speculative_tokens": 8, "draft_sample_method": "probabilistic", "rejection_sample_method": "block"}
+
+# The demo target answers a prompt; with the committed DSpark drafter it then answers again with
+# speculative decoding, and benchmarks plain against speculative decoding on held-out math prompts.
 demo: build $(if $(wildcard models/demo/config.json),,$(BUILD)/demo-model/config.json)
 	$(BUILD)/dspark generate --model $(DEMO_MODEL) --chat --prompt "$(DEMO_PROMPT)" --max-tokens 128
+ifneq ($(wildcard $(DEMO_DRAFTER)/config.json),)
+	@echo; echo "== the same with DSpark speculative decoding =="
+	$(BUILD)/dspark generate --model $(DEMO_MODEL) --chat --prompt "$(DEMO_PROMPT)" --max-tokens 128 \
+	  --speculative-config '$(DEMO_SPEC)'
+	@echo; echo "== plain vs DSpark on held-out math prompts (single stream, bf16) =="
+	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC)' \
+	  --prompts $(DEMO_DRAFTER)/math_prompts.jsonl --max-tokens 128
+endif
 
 clean:
 	rm -rf $(BUILD)

@@ -6,21 +6,22 @@
 #   scripts/train-demo-drafters.sh [WORK_DIR] [TARGET_DIR] [CORPUS_DIR]
 #     defaults: build/demo-drafters, models/demo, build/demo-target/corpus
 #
-# Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 1500),
-# STEPS (optimizer steps per drafter, 180), BATCH (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (1).
+# Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 6000),
+# METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 10), STEPS (optimizer steps per drafter, 150), BATCH (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-drafters}
 TARGET=${2:-models/demo}
 CORPUS=${3:-build/demo-target/corpus}
 BIN=${BIN:-build}
-PROMPTS=${PROMPTS:-1500}
-STEPS=${STEPS:-180}
+PROMPTS=${PROMPTS:-6000}
+STEPS=${STEPS:-150}
 ANCHORS=${ANCHORS:-64}
 DRAFTS=${DRAFTS:-8}
 LAYERS=${LAYERS:-1}
 BATCH=${BATCH:-16}
 TAPS=${TAPS:-1,3,4}
+METHODS=${METHODS:-dspark dflash eagle3}
 mkdir -p "$WORK"
 
 # 1. The target answers the corpus' training instructions (T 0.7, top-p 0.8, top-k 20).
@@ -30,7 +31,7 @@ mkdir -p "$WORK"
 "$BIN/dspark" datagen hidden --model "$TARGET" --data "$WORK/regen.jsonl" --layers "$TAPS" --out "$WORK/hidden"
 
 # 3. Three drafters: same data, steps, batch, anchors, drafts per pass and depth.
-for method in dspark dflash eagle3; do
+for method in $METHODS; do
   if [ ! -f "$WORK/$method/drafter/config.json" ]; then
     resume=()
     [ -f "$WORK/$method/latest" ] && resume=(--resume)
@@ -57,7 +58,7 @@ EOF
 fi
 
 # 5. Accepted length and speedup per domain on the corpus' held-out prompts, at T=0 and T=1.
-for method in dspark dflash eagle3; do
+for method in $METHODS; do
   extra=""
   [ "$method" = dspark ] && extra=', "rejection_sample_method": "block"'
   cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\"$extra}"
@@ -68,7 +69,7 @@ for method in dspark dflash eagle3; do
       raw=()
       [ "$domain" = code ] && raw=(--raw)
       "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" \
-        --prompts "$CORPUS/prompts/$domain.jsonl" --limit 20 --max-tokens 128 --temperature "$temp" \
+        --prompts "$CORPUS/prompts/$domain.jsonl" --limit "${BENCH_PROMPTS:-10}" --max-tokens 96 --temperature "$temp" \
         "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
     done
   done

@@ -1,9 +1,9 @@
 # dspark: the two entry points are `make demo` and `make test`.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-# The embedded default model (issue 3 commits models/demo); until then a random model is made.
+# The embedded default model: models/demo (a random model is made if it is missing).
 DEMO_MODEL ?= $(if $(wildcard models/demo/config.json),models/demo,$(BUILD)/demo-model)
-DEMO_PROMPT ?= Write a Python function that returns the n-th Fibonacci number.
+DEMO_PROMPT ?= Tom has 15 apples and gives 6 to Ana. How many apples does Tom have left?
 
 .PHONY: all deps build test demo clean
 

@@ -128,4 +128,17 @@ CheckpointState load_checkpoint(const std::string& checkpoint_dir, torch::nn::Mo
   return st;
 }
 
+CheckpointState start_or_resume(const std::string& run_dir, bool resume, bool refuse_existing,
+                                torch::nn::Module& model, torch::optim::Optimizer& opt, std::string* resumed_from) {
+  if (resume) {
+    auto ck = latest_checkpoint(run_dir);
+    if (!ck) fail(run_dir, ": --resume given but the run has no checkpoint");
+    if (resumed_from) *resumed_from = *ck;
+    return load_checkpoint(*ck, model, opt);
+  }
+  if (refuse_existing && latest_checkpoint(run_dir))
+    fail(run_dir, ": holds checkpoints of an earlier run; pass --resume to continue it or choose another --out");
+  return {};
+}
+
 }  // namespace dspark::train

@@ -29,4 +29,11 @@ std::optional<std::string> latest_checkpoint(const std::string& run_dir);
 CheckpointState load_checkpoint(const std::string& checkpoint_dir, torch::nn::Module& model,
                                 torch::optim::Optimizer& opt);
 
+// The start of a run in `run_dir`: with `resume`, loads its latest checkpoint (an error when there
+// is none) and returns the checkpoint's path in `resumed_from`; without it, refuses a directory that
+// already holds checkpoints when `refuse_existing` (so an earlier run is never silently restarted).
+CheckpointState start_or_resume(const std::string& run_dir, bool resume, bool refuse_existing,
+                                torch::nn::Module& model, torch::optim::Optimizer& opt,
+                                std::string* resumed_from = nullptr);
+
 }  // namespace dspark::train

@@ -303,16 +303,8 @@ double train_drafter(const DrafterTrainConfig& c) {
   const bool lead = c.rank == 0;
 
   fs::create_directories(c.out);
-  int64_t step = 0, tokens = 0;
-  if (c.resume) {
-    auto ck = latest_checkpoint(c.out);
-    if (!ck) fail(c.out, ": --resume given but the run has no checkpoint");
-    CheckpointState st = load_checkpoint(*ck, *module, opt);
-    step = st.step;
-    tokens = st.tokens;
-  } else if (lead && latest_checkpoint(c.out)) {
-    fail(c.out, ": holds checkpoints of an earlier run; pass --resume or choose another --out");
-  }
+  const CheckpointState st = start_or_resume(c.out, c.resume, /*refuse_existing=*/lead, *module, opt);
+  int64_t step = st.step, tokens = st.tokens;
   std::unique_ptr<Progress> progress;
   if (lead) {
     progress = std::make_unique<Progress>(total_steps, (fs::path(c.out) / "train_log.jsonl").string(), c.resume);

@@ -121,17 +121,10 @@ double train_lm(const LmTrainConfig& c) {
   LrSchedule sched{c.lr, c.warmup, c.steps, c.min_lr_ratio};
 
   fs::create_directories(c.out);
-  int64_t step = 0, tokens = 0;
-  if (c.resume) {
-    auto ck = latest_checkpoint(c.out);
-    if (!ck) fail(c.out, ": --resume given but the run has no checkpoint");
-    CheckpointState st = load_checkpoint(*ck, *model, opt);
-    step = st.step;
-    tokens = st.tokens;
-    std::fprintf(stderr, "resumed from %s at step %ld\n", ck->c_str(), long(step));
-  } else if (latest_checkpoint(c.out)) {
-    fail(c.out, ": holds checkpoints of an earlier run; pass --resume to continue it or choose another --out");
-  }
+  std::string resumed_from;
+  const CheckpointState st = start_or_resume(c.out, c.resume, true, *model, opt, &resumed_from);
+  int64_t step = st.step, tokens = st.tokens;
+  if (c.resume) std::fprintf(stderr, "resumed from %s at step %ld\n", resumed_from.c_str(), long(step));
   const std::string cfg_text = c.to_json().dump(2) + "\n";
   write_file_atomic((fs::path(c.out) / "train_config.json").string(), cfg_text.data(), cfg_text.size());
 

@@ -23,6 +23,21 @@ struct LayerRows {
   const float* sin = nullptr;
 };
 
+// The rows of n consecutive positions p0.. of one sequence (drafters run their blocks and context
+// this way): positions, block table, RoPE tables and what each row may see. Buffers grow to the
+// largest n seen, then are reused.
+struct SeqRows {
+  enum class Visibility {
+    None,        // no visibility rule (context K/V injection: no queries)
+    Causal,      // row i sees keys < p0 + i + 1
+    WholeBlock,  // every row sees the whole block and all context: keys < p0 + n
+  };
+  Buffer<int32_t> positions, visible;
+  Buffer<const int32_t*> tables;
+  Buffer<float> cos, sin;
+  LayerRows make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n, Visibility v);
+};
+
 // Scratch buffers of a layer call; grow to the largest n seen, then are reused.
 struct LayerScratch {
   Buffer<float> xn, qkv, attn, gate_up, act;

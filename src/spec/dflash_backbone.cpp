@@ -70,17 +70,7 @@ void DflashBackbone::add_context(int seq, const float* feats, int rows, int widt
   rmsnorm(ctx_.data(), H, hidden_norm_, ctx_.data(), H, rows, int(H), L.rms_norm_eps);
   kv_.reserve(seq, pos + rows);
   kv_.set_length(seq, pos + rows);
-  pos_.resize(size_t(rows));
-  tables_.resize(size_t(rows));
-  const size_t half = inv_freq_.size();
-  cos_.resize(size_t(rows) * half);
-  sin_.resize(size_t(rows) * half);
-  for (int i = 0; i < rows; ++i) {
-    pos_[size_t(i)] = pos + i;
-    tables_[size_t(i)] = kv_.block_table(seq);
-  }
-  rope_tables(inv_freq_, pos_.data(), rows, cos_.data(), sin_.data());
-  const LayerRows lr{rows, pos_.data(), tables_.data(), nullptr, cos_.data(), sin_.data()};
+  const LayerRows lr = rows_.make(inv_freq_, kv_.block_table(seq), pos, rows, SeqRows::Visibility::None);
   for (int l = 0; l < L.num_layers; ++l) inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
 }
 
@@ -94,19 +84,7 @@ const float* DflashBackbone::run_block(int seq, std::span<const int32_t> tokens,
   h_.resize(size_t(n) * size_t(H));
   out_.resize(size_t(n) * size_t(H));
   embed_rows(embed_->data, embed_->dtype, int(H), tokens.data(), n, h_.data(), H);
-  pos_.resize(size_t(n));
-  vis_.resize(size_t(n));
-  tables_.resize(size_t(n));
-  const size_t half = inv_freq_.size();
-  cos_.resize(size_t(n) * half);
-  sin_.resize(size_t(n) * half);
-  for (int i = 0; i < n; ++i) {
-    pos_[size_t(i)] = p0 + i;
-    vis_[size_t(i)] = p0 + n;  // the whole block and all context: bidirectional within the block
-    tables_[size_t(i)] = kv_.block_table(seq);
-  }
-  rope_tables(inv_freq_, pos_.data(), n, cos_.data(), sin_.data());
-  const LayerRows lr{n, pos_.data(), tables_.data(), vis_.data(), cos_.data(), sin_.data()};
+  const LayerRows lr = rows_.make(inv_freq_, kv_.block_table(seq), p0, n, SeqRows::Visibility::WholeBlock);
   for (int l = 0; l < L.num_layers; ++l) decoder_layer(L, layers_[size_t(l)], kv_.layer(l), lr, h_.data(), scratch_);
   kv_.truncate(seq, p0);  // keep context rows only
   rmsnorm(h_.data(), H, norm_, out_.data(), H, n, int(H), L.rms_norm_eps);

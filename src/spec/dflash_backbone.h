@@ -52,9 +52,8 @@ class DflashBackbone {
   std::vector<float> inv_freq_;
   KvCache kv_;
   LayerScratch scratch_;
-  Buffer<float> ctx_, h_, out_, cos_, sin_;
-  Buffer<int32_t> pos_, vis_;
-  Buffer<const int32_t*> tables_;
+  Buffer<float> ctx_, h_, out_;
+  SeqRows rows_;
 };
 
 // The tensor names a DSpark/DFlash checkpoint may hold for the backbone.

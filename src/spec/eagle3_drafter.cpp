@@ -168,19 +168,7 @@ class Eagle3Drafter : public Drafter {
       if (cfg_.norm_before_residual) std::memcpy(r, in_.data() + int64_t(i) * 2 * H + H, size_t(H) * 4);
       else std::memcpy(r, g + int64_t(i) * H, size_t(H) * 4);
     }
-    pos_.resize(size_t(n));
-    vis_.resize(size_t(n));
-    tables_.resize(size_t(n));
-    const size_t half = inv_freq_.size();
-    cos_.resize(size_t(n) * half);
-    sin_.resize(size_t(n) * half);
-    for (int i = 0; i < n; ++i) {
-      pos_[size_t(i)] = pos0 + i;
-      vis_[size_t(i)] = pos0 + i + 1;
-      tables_[size_t(i)] = kv_.block_table(seq);
-    }
-    rope_tables(inv_freq_, pos_.data(), n, cos_.data(), sin_.data());
-    const LayerRows lr{n, pos_.data(), tables_.data(), vis_.data(), cos_.data(), sin_.data()};
+    const LayerRows lr = rows_.make(inv_freq_, kv_.block_table(seq), pos0, n, SeqRows::Visibility::Causal);
     attention_block(L, layer_, kv_.layer(0), lr, in_.data(), 2 * H, res_.data(), scratch_);
     mlp_block(L, layer_, n, res_.data(), scratch_);
     if (out) {
@@ -204,9 +192,8 @@ class Eagle3Drafter : public Drafter {
   std::unordered_map<int, State> states_;
   LayerScratch scratch_;
   Sampler sampler_;
-  Buffer<float> g_, in_, res_, emb_, cos_, sin_, hidden_, draft_logits_;
-  Buffer<int32_t> pos_, vis_;
-  Buffer<const int32_t*> tables_;
+  Buffer<float> g_, in_, res_, emb_, hidden_, draft_logits_;
+  SeqRows rows_;
   std::vector<float> feature_, full_;
   Buffer<float> out_hidden_;
 };

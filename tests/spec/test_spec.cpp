@@ -236,7 +236,9 @@ TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
     auto got = h.spec(prompt, gp, *drafter, sc, policy, &m).tokens;
     EXPECT_EQ(got, want) << c.kind << " threshold " << c.thr;
     EXPECT_GT(m.rounds, 0) << c.kind;
-    if (c.kind == "dspark" && c.thr > 0) EXPECT_LT(m.drafted, m.proposed) << "the threshold never cut a draft";
+    if (c.kind == "dspark" && c.thr > 0) {
+      EXPECT_LT(m.drafted, m.proposed) << "the threshold never cut a draft";
+    }
   }
 }
 

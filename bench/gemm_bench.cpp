@@ -19,7 +19,7 @@ struct Data {
   std::vector<uint16_t> wb;
 };
 
-void run(benchmark::State& state, GemmBackend backend, DType dtype, int n, int k) {
+void run(benchmark::State& state, GemmBackend backend, DType dtype, int n, int k, bool panels = false) {
   const int m = int(state.range(0));
   Data d;
   std::mt19937 rng(1);
@@ -35,6 +35,11 @@ void run(benchmark::State& state, GemmBackend backend, DType dtype, int n, int k
     d.wf = {};
   }
   WeightMatrix w{dtype, n, k, k, dtype == DType::BF16 ? static_cast<const void*>(d.wb.data()) : d.wf.data()};
+  std::vector<uint16_t> packed;
+  if (panels) {
+    packed.resize(panel_bytes(n, k) / 2);
+    w = pack_panels(w, packed.data());
+  }
   try {
     set_gemm_backend(backend);
     gemm(d.x.data(), m, w, d.y.data());
@@ -57,6 +62,13 @@ void BM_Avx2_Bf16_GateUp(benchmark::State& s) { run(s, GemmBackend::Avx2, DType:
 void BM_Avx2_Bf16_Down(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 1024, 3072); }
 // lm_head of Qwen3-0.6B: 311 MB of bf16, far beyond the caches, so this streams from DRAM.
 void BM_Avx2_Bf16_LmHead(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 151936, 1024); }
+// 384 KiB of bf16 weights: each thread's share stays in its L2, so this is the kernel's compute
+// rate without DRAM or L3 in the way (the ceiling the shapes above approach).
+void BM_Avx2_Bf16_InL2(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 192, 1024); }
+void BM_Panels_Bf16_GateUp(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 6144, 1024, true); }
+void BM_Panels_Bf16_Down(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 1024, 3072, true); }
+void BM_Panels_Bf16_LmHead(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 151936, 1024, true); }
+void BM_Panels_Bf16_InL2(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 192, 1024, true); }
 void BM_Avx2_F32_GateUp(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::F32, 6144, 1024); }
 void BM_OneDnn_F32_GateUp(benchmark::State& s) { run(s, GemmBackend::OneDnn, DType::F32, 6144, 1024); }
 void BM_OneDnn_Bf16_GateUp(benchmark::State& s) { run(s, GemmBackend::OneDnn, DType::BF16, 6144, 1024); }
@@ -64,6 +76,11 @@ void BM_OneDnn_Bf16_GateUp(benchmark::State& s) { run(s, GemmBackend::OneDnn, DT
 #define SHAPES ->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(17)->Arg(64)->Arg(512)->UseRealTime()->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_Avx2_Bf16_GateUp) SHAPES;
 BENCHMARK(BM_Avx2_Bf16_Down) SHAPES;
+BENCHMARK(BM_Avx2_Bf16_InL2) SHAPES;
+BENCHMARK(BM_Panels_Bf16_GateUp) SHAPES;
+BENCHMARK(BM_Panels_Bf16_Down) SHAPES;
+BENCHMARK(BM_Panels_Bf16_InL2) SHAPES;
+BENCHMARK(BM_Panels_Bf16_LmHead)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Avx2_F32_GateUp) SHAPES;
 BENCHMARK(BM_Avx2_Bf16_LmHead)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OneDnn_F32_GateUp) SHAPES;

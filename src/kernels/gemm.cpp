@@ -1,6 +1,8 @@
 #include "kernels/gemm.h"
 
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 #include <string>
 
 #include "core/cpu.h"
@@ -35,9 +37,47 @@ GemmBackend& current() {
 WeightMatrix WeightMatrix::rows(int begin, int count) const {
   WeightMatrix r = *this;
   r.n = count;
-  r.data = static_cast<const uint8_t*>(data) + int64_t(begin) * ld * int64_t(dtype_size(dtype));
+  if (panels) {
+    if (begin % kPanelRows != 0) fail("internal: a view of panel-packed weights must start at a multiple of ", kPanelRows, " rows, not ", begin);
+    r.data = static_cast<const uint16_t*>(data) + int64_t(begin) * k;
+  } else {
+    r.data = static_cast<const uint8_t*>(data) + int64_t(begin) * ld * int64_t(dtype_size(dtype));
+  }
   return r;
 }
+
+WeightMatrix pack_panels(const WeightMatrix& w, void* dst) {
+  if (w.dtype != DType::BF16 || w.panels) fail("internal: pack_panels takes bf16 weights in rows");
+  const int64_t K = w.k;
+  // Copy first: dst may be the rows' own memory.
+  std::vector<uint16_t> rows(size_t(w.n) * size_t(K));
+  for (int r = 0; r < w.n; ++r)
+    std::memcpy(rows.data() + size_t(r) * K, static_cast<const uint16_t*>(w.data) + r * w.ld, size_t(K) * 2);
+  auto* out = static_cast<uint16_t*>(dst);
+  const int np = (w.n + kPanelRows - 1) / kPanelRows;
+  for (int p = 0; p < np; ++p) {
+    uint16_t* panel = out + int64_t(p) * kPanelRows * K;
+    for (int i = 0; i < kPanelRows; ++i) {
+      const int r = p * kPanelRows + i;
+      const int slot = panel_slot(i);
+      for (int64_t c = 0; c < K; ++c) panel[c * kPanelRows + slot] = r < w.n ? rows[size_t(r) * K + c] : uint16_t(0);
+    }
+  }
+  WeightMatrix v = w;
+  v.data = dst;
+  v.ld = K;
+  v.panels = true;
+  return v;
+}
+
+float weight_at(const WeightMatrix& w, int64_t r, int64_t c) {
+  if (w.panels)
+    return bf16_to_f32(static_cast<const uint16_t*>(w.data)[((r / kPanelRows) * w.k + c) * kPanelRows + panel_slot(int(r % kPanelRows))]);
+  if (w.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(w.data)[r * w.ld + c]);
+  return static_cast<const float*>(w.data)[r * w.ld + c];
+}
+
+bool gemm_wants_panels() { return current() == GemmBackend::Avx2; }
 
 const char* gemm_backend_name(GemmBackend b) {
   switch (b) {
@@ -65,6 +105,8 @@ void gemm(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, i
     case GemmBackend::Avx2:
       return detail::gemm_avx2(x, m, ldx, w, y, ldy, accumulate);
     case GemmBackend::OneDnn:
+      // Weights packed for the AVX2 kernels (the backend was switched after loading) stay there.
+      if (w.panels) return detail::gemm_avx2(x, m, ldx, w, y, ldy, accumulate);
       // f32 weights stay on the dot kernel: its result for a row does not depend on how many rows are in
       // the batch, which the f32 mode's token-identical speculative greedy decoding relies on. oneDNN
       // chooses its blocking (and so its summation order) by shape.
@@ -88,7 +130,9 @@ void gemm_reference(const float* x, int m, int64_t ldx, const WeightMatrix& w, f
       for (int i = 0; i < m; ++i) {
         const float* xr = x + int64_t(i) * ldx;
         float acc = 0.f;
-        if (w.dtype == DType::BF16) {
+        if (w.panels) {
+          for (int k = 0; k < w.k; ++k) acc += xr[k] * weight_at(w, n, k);
+        } else if (w.dtype == DType::BF16) {
           auto* wr = static_cast<const uint16_t*>(w.data) + int64_t(n) * w.ld;
           for (int k = 0; k < w.k; ++k) acc += xr[k] * bf16_to_f32(wr[k]);
         } else {

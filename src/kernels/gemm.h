@@ -7,16 +7,38 @@
 
 namespace dspark {
 
-// A weight matrix W[n, k], row-major with row stride `ld` elements (>= k).
+// A weight matrix W[n, k], row-major with row stride `ld` elements (>= k), or, for bf16, in
+// panels (see below).
 struct WeightMatrix {
   DType dtype = DType::F32;  // F32 or BF16
   int n = 0;
   int k = 0;
   int64_t ld = 0;
   const void* data = nullptr;
+  bool panels = false;  // bf16 only: `data` holds kPanelRows-row panels, not rows (ld is unused)
 
-  WeightMatrix rows(int begin, int count) const;  // a view of rows [begin, begin+count)
+  // A view of rows [begin, begin+count); with panels, begin must be a multiple of kPanelRows.
+  WeightMatrix rows(int begin, int count) const;
 };
+
+// The panel layout of a bf16 matrix, which the AVX2 kernels read at every batch size: rows
+// [16p, 16p+16) form panel p, stored k-major (16 values per k), so one pass over a panel feeds
+// every row of x with contiguous loads. At each k the values are interleaved r0 r8 r1 r9 ... r7
+// r15: one 32-byte load widens to rows 0-7 (shift left by 16) and rows 8-15 (mask) with two
+// instructions. Rows past n are zero. Element (r, k) is at ((r/16) * k_total + k) * 16 + slot(r%16).
+constexpr int kPanelRows = 16;
+inline int panel_slot(int r) { return r < 8 ? 2 * r : 2 * (r - 8) + 1; }
+inline size_t panel_bytes(int64_t n, int64_t k) {
+  return size_t((n + kPanelRows - 1) / kPanelRows) * kPanelRows * size_t(k) * 2;
+}
+// Writes bf16 row-layout `w` as panels into `dst` (panel_bytes(w.n, w.k) bytes; may be w.data
+// itself when that much memory is there) and returns the panel view.
+WeightMatrix pack_panels(const WeightMatrix& w, void* dst);
+// The value of element (r, c) of `w` whatever its layout (tests and the reference backend).
+float weight_at(const WeightMatrix& w, int64_t r, int64_t c);
+// Whether bf16 weights should be packed into panels for the current backend (AVX2 reads them
+// fastest; oneDNN wants rows).
+bool gemm_wants_panels();
 
 enum class GemmBackend {
   Auto,       // best available on this CPU

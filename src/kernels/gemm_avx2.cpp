@@ -28,6 +28,8 @@ constexpr int kPrefetchTiles = 2;  // how many W tiles ahead the dot kernel pref
 constexpr int kDotKc = 4096;      // k block of the dot kernel: whole rows for usual sizes, so W
                                   // streams row after row (measured best for m = 8)
 constexpr int kDotChunk = 32;     // W rows per parallel task in the dot kernel
+constexpr int kDotGroup = 6;      // W rows that meet all rows of x before the next ones are read
+                                  // (a multiple of every tile width NR: 2 and 3)
 constexpr int kPackKc = 256;      // k block of the packed kernel (a 16 KiB panel stays in L1)
 constexpr int kPackMc = 120;      // x rows per block of the packed kernel (120 KiB of x in L2)
 constexpr int kPanel = 16;        // W rows per packed panel (two ymm columns of the 6x16 kernel)
@@ -114,15 +116,17 @@ void dot_micro(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw_bytes,
   }
 }
 
+// MR rows of x against W rows [0, nrows); `rows_left` (>= nrows) W rows exist from `w` on, so
+// prefetches may run past this call's rows into the ones the next call will read.
 template <int MR, bool kBf16>
 void dot_rows(const float* x, int64_t ldx, const uint8_t* w, int64_t ldw_bytes, int nrows,
-              int64_t k0, int64_t k1, float* y, int64_t ldy, bool store, bool prefetch) {
+              int rows_left, int64_t k0, int64_t k1, float* y, int64_t ldy, bool store, bool prefetch) {
   // MR*NR accumulators + 2*NR widened weights + 2 x vectors must fit 16 ymm registers.
   constexpr int NR = MR == 2 ? 3 : 2;
   int j = 0;
   for (; j + NR <= nrows; j += NR)
     dot_micro<MR, NR, kBf16>(x, ldx, w + j * ldw_bytes, ldw_bytes, k0, k1, y + j, ldy, store,
-                             prefetch && j + (kPrefetchTiles + 1) * NR <= nrows);
+                             prefetch && j + (kPrefetchTiles + 1) * NR <= rows_left);
   for (; j < nrows; ++j)
     dot_micro<MR, 1, kBf16>(x, ldx, w + j * ldw_bytes, ldw_bytes, k0, k1, y + j, ldy, store, false);
 }
@@ -195,16 +199,25 @@ void gemm_dot(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* 
     for (int64_t k0 = 0; k0 < kvec && !single; k0 += kDotKc) {
       const int64_t k1 = std::min(kvec, k0 + kDotKc);
       const bool store = (k0 == 0) && !accumulate;
-      float* yt = y + n0;
-      int i = 0;
-      for (; i + 4 <= m; i += 4)
-        dot_rows<4, kBf16>(xa + i * ldxa, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store, i == 0);
-      const float* xr = xa + i * ldxa;
-      switch (m - i) {
-        case 3: dot_rows<3, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store, i == 0); break;
-        case 2: dot_rows<2, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store, i == 0); break;
-        case 1: dot_rows<1, kBf16>(xr, ldxa, wt, ldw_bytes, nrows, k0, k1, yt + i * ldy, ldy, store, i == 0); break;
-        default: break;
+      // A group of kDotGroup W rows meets every row of x before the next group is read, so W
+      // comes from DRAM once, at an even rate, and is re-read from L1/L2 by the other x blocks.
+      // (Sweeping all of the task's W rows per x block instead leaves DRAM idle on the second
+      // sweep and the multi-row step memory-bound on the first.)
+      for (int j0 = 0; j0 < nrows; j0 += kDotGroup) {
+        const int gr = std::min(kDotGroup, nrows - j0), left = nrows - j0;
+        const uint8_t* wg = wt + j0 * ldw_bytes;
+        float* yt = y + n0 + j0;
+        int i = 0;
+        for (; i + 4 <= m; i += 4)
+          dot_rows<4, kBf16>(xa + i * ldxa, ldxa, wg, ldw_bytes, gr, left, k0, k1, yt + i * ldy, ldy, store, i == 0);
+        const float* xr = xa + i * ldxa;
+        float* yr = yt + i * ldy;
+        switch (m - i) {
+          case 3: dot_rows<3, kBf16>(xr, ldxa, wg, ldw_bytes, gr, left, k0, k1, yr, ldy, store, i == 0); break;
+          case 2: dot_rows<2, kBf16>(xr, ldxa, wg, ldw_bytes, gr, left, k0, k1, yr, ldy, store, i == 0); break;
+          case 1: dot_rows<1, kBf16>(xr, ldxa, wg, ldw_bytes, gr, left, k0, k1, yr, ldy, store, i == 0); break;
+          default: break;
+        }
       }
     }
     if (kvec == 0 && !accumulate)
@@ -352,10 +365,180 @@ void gemm_packed(const float* x, int m, int64_t ldx, const WeightMatrix& w, floa
   });
 }
 
+// ---- kernels over bf16 panels (pre-packed at load time, see pack_panels) ---------------
+
+// Widens the 16 values of one panel k-slice: rows 0-7 to lo, rows 8-15 to hi.
+inline void load_panel_k(const uint16_t* p, __m256& lo, __m256& hi) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u))));
+}
+
+inline void store_16(float* y, __m256 v0, __m256 v1, int cols, bool store) {
+  if (cols == kPanel) {
+    if (!store) {
+      v0 = _mm256_add_ps(v0, _mm256_loadu_ps(y));
+      v1 = _mm256_add_ps(v1, _mm256_loadu_ps(y + 8));
+    }
+    _mm256_storeu_ps(y, v0);
+    _mm256_storeu_ps(y + 8, v1);
+  } else {
+    alignas(32) float tmp[kPanel];
+    _mm256_store_ps(tmp, v0);
+    _mm256_store_ps(tmp + 8, v1);
+    for (int c = 0; c < cols; ++c) y[c] = store ? tmp[c] : y[c] + tmp[c];
+  }
+}
+
+// Lines to prefetch while a block computes: `lines` cache lines from `at`, spread evenly.
+struct Prefetch {
+  const char* at = nullptr;
+  int64_t lines = 0;
+};
+
+// y[MR, 16] (+)= x[MR, kc] · panel[kc, 16]: broadcast-x outer products, 2*MR accumulators.
+template <int MR>
+void panel_micro(const float* x, int64_t ldx, const uint16_t* panel, int64_t kc, float* y, int64_t ldy,
+                 int cols, bool store, Prefetch pf = {}) {
+  __m256 c0[MR], c1[MR];
+  DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
+  // k runs in steps of `step`, one prefetched line per step.
+  const int64_t step = pf.lines > 0 ? std::max<int64_t>(1, kc / pf.lines) : kc;
+  int64_t line = 0;
+  for (int64_t k0 = 0; k0 < kc; k0 += step) {
+    if (line < pf.lines) _mm_prefetch(pf.at + 64 * line++, _MM_HINT_T0);
+    const int64_t k1 = std::min(kc, k0 + step);
+    for (int64_t kk = k0; kk < k1; ++kk) {
+      __m256 b0, b1;
+      load_panel_k(panel + kk * kPanel, b0, b1);
+      DSPARK_UNROLL
+      for (int i = 0; i < MR; ++i) {
+        const __m256 a = _mm256_broadcast_ss(x + i * ldx + kk);
+        c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
+        c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
+      }
+    }
+  }
+  DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i) store_16(y + i * ldy, c0[i], c1[i], cols, store);
+}
+
+// m == 1: one panel streamed with four k-interleaved accumulator pairs (an FMA chain per pair
+// would leave the FMA units waiting on their own latency).
+void panel_single(const float* x, const uint16_t* panel, int64_t K, float* y, int cols, bool store) {
+  __m256 a0[4], a1[4];
+  DSPARK_UNROLL
+  for (int u = 0; u < 4; ++u) a0[u] = a1[u] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 4 <= K; k += 4) {
+    DSPARK_UNROLL
+    for (int u = 0; u < 4; ++u) {
+      __m256 b0, b1;
+      load_panel_k(panel + (k + u) * kPanel, b0, b1);
+      const __m256 a = _mm256_broadcast_ss(x + k + u);
+      a0[u] = _mm256_fmadd_ps(a, b0, a0[u]);
+      a1[u] = _mm256_fmadd_ps(a, b1, a1[u]);
+    }
+  }
+  for (; k < K; ++k) {
+    __m256 b0, b1;
+    load_panel_k(panel + k * kPanel, b0, b1);
+    const __m256 a = _mm256_broadcast_ss(x + k);
+    a0[0] = _mm256_fmadd_ps(a, b0, a0[0]);
+    a1[0] = _mm256_fmadd_ps(a, b1, a1[0]);
+  }
+  const __m256 s0 = _mm256_add_ps(_mm256_add_ps(a0[0], a0[1]), _mm256_add_ps(a0[2], a0[3]));
+  const __m256 s1 = _mm256_add_ps(_mm256_add_ps(a1[0], a1[1]), _mm256_add_ps(a1[2], a1[3]));
+  store_16(y, s0, s1, cols, store);
+}
+
+// Rows [i, i+mr) of x against one panel k-range.
+void panel_block(int mr, const float* x, int64_t ldx, const uint16_t* panel, int64_t kc, float* y, int64_t ldy,
+                 int cols, bool store, Prefetch pf = {}) {
+  switch (mr) {
+    case 6: return panel_micro<6>(x, ldx, panel, kc, y, ldy, cols, store, pf);
+    case 5: return panel_micro<5>(x, ldx, panel, kc, y, ldy, cols, store, pf);
+    case 4: return panel_micro<4>(x, ldx, panel, kc, y, ldy, cols, store, pf);
+    case 3: return panel_micro<3>(x, ldx, panel, kc, y, ldy, cols, store, pf);
+    case 2: return panel_micro<2>(x, ldx, panel, kc, y, ldy, cols, store, pf);
+    default: return panel_micro<1>(x, ldx, panel, kc, y, ldy, cols, store, pf);
+  }
+}
+
+// Splits the rows left into register blocks of at most 6, as even as possible (8 -> 4 + 4,
+// not 6 + 2: a 2-row block has too few accumulators to hide the FMA latency).
+inline int block_rows(int left) { return left <= 6 ? left : left >= 12 ? 6 : (left + 1) / 2; }
+
+constexpr int kSmallPanelsPerTask = 8;  // panels per parallel task when m is small
+
+void gemm_panels(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
+                 bool accumulate) {
+  const int64_t K = w.k;
+  const auto* base = static_cast<const uint16_t*>(w.data);
+  const int panels = (w.n + kPanel - 1) / kPanel;
+  if (m <= kDotMaxRows) {
+    // Decode and verification: each panel is read from DRAM once and meets every row of x
+    // while it is in L1/L2; whole k range per pass.
+    const int tasks = (panels + kSmallPanelsPerTask - 1) / kSmallPanelsPerTask;
+    parallel_for(tasks, [&](int t) {
+      const int p1 = std::min(panels, (t + 1) * kSmallPanelsPerTask);
+      for (int p = t * kSmallPanelsPerTask; p < p1; ++p) {
+        const int n0 = p * kPanel, cols = std::min(kPanel, w.n - n0);
+        const uint16_t* panel = base + int64_t(p) * kPanel * K;
+        if (m == 1) {
+          panel_single(x, panel, K, y + n0, cols, !accumulate);
+          continue;
+        }
+        // With several rows of x a panel takes long enough to compute that DRAM would idle
+        // unless asked ahead: every block prefetches its share of the next panel, so the next
+        // panel streams in at an even rate over the whole of this one's compute.
+        const int blocks = m <= 6 ? 1 : m < 12 ? 2 : (m + 5) / 6;
+        const int64_t panel_lines = int64_t(kPanel) * K * 2 / 64;
+        const char* next = p + 1 < panels ? reinterpret_cast<const char*>(panel + int64_t(kPanel) * K) : nullptr;
+        int b = 0;
+        for (int i = 0; i < m; ++b) {
+          const int mr = block_rows(m - i);
+          Prefetch pf;
+          if (next) {
+            const int64_t l0 = panel_lines * b / blocks, l1 = panel_lines * (b + 1) / blocks;
+            pf = {next + 64 * l0, l1 - l0};
+          }
+          panel_block(mr, x + i * ldx, ldx, panel, K, y + i * ldy + n0, ldy, cols, !accumulate, pf);
+          i += mr;
+        }
+      }
+    });
+    return;
+  }
+  // Prefill: k blocks whose panel slice (kPackKc x 16) stays in L1 while blocks of x stream.
+  const int groups = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
+  parallel_for(groups, [&](int g) {
+    const int p0 = g * kPanelsPerTask, p1 = std::min(panels, p0 + kPanelsPerTask);
+    for (int64_t k0 = 0; k0 < K; k0 += kPackKc) {
+      const int64_t kc = std::min<int64_t>(kPackKc, K - k0);
+      const bool store = (k0 == 0) && !accumulate;
+      for (int m0 = 0; m0 < m; m0 += kPackMc) {
+        const int m1 = std::min(m, m0 + kPackMc);
+        for (int p = p0; p < p1; ++p) {
+          const int n0 = p * kPanel, cols = std::min(kPanel, w.n - n0);
+          const uint16_t* panel = base + (int64_t(p) * K + k0) * kPanel;
+          for (int i = m0; i < m1;) {
+            const int mr = block_rows(m1 - i);
+            panel_block(mr, x + i * ldx + k0, ldx, panel, kc, y + i * ldy + n0, ldy, cols, store);
+            i += mr;
+          }
+        }
+      }
+    }
+  });
+}
+
 }  // namespace
 
 void gemm_avx2(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
                bool accumulate) {
+  if (w.panels) return gemm_panels(x, m, ldx, w, y, ldy, accumulate);
   const bool bf16 = w.dtype == DType::BF16;
   // f32 weights are the exact mode: each output is summed by the same instruction sequence
   // whatever m is (the dot kernel's accumulation per output does not depend on the tiling),

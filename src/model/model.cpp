@@ -49,14 +49,20 @@ std::unique_ptr<Model> Model::build(const ModelConfig& cfg, const WeightSource& 
   m->cfg_ = cfg;
   m->dtype_ = opt.dtype;
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
-  size_t total = WeightArena::matrix_bytes(opt.dtype, V, H) * (cfg.tie_word_embeddings ? 1 : 2);
+  // A tied lm_head gets its own panel-packed copy (the embedding rows stay for lookups).
+  size_t total = WeightArena::matrix_bytes(opt.dtype, V, H) * 2;
   total += decoder_layer_bytes(cfg, opt.dtype, H) * size_t(cfg.num_layers);
   m->arena_ = std::make_unique<WeightArena>(opt.dtype, total);
   WeightArena& a = *m->arena_;
   m->embed_ = a.matrix(src, "model.embed_tokens.weight", V, H);
   for (int i = 0; i < cfg.num_layers; ++i) m->layers_.push_back(load_decoder_layer(src, layer_prefix(i), cfg, a, H));
   m->final_norm_ = a.vector(src, "model.norm.weight", H);
-  m->lm_head_ = cfg.tie_word_embeddings ? m->embed_ : a.matrix(src, "lm_head.weight", V, H);
+  if (cfg.tie_word_embeddings) {
+    m->lm_head_ = a.packed_copy(m->embed_);
+  } else {
+    m->lm_head_ = a.matrix(src, "lm_head.weight", V, H);
+    a.pack(m->lm_head_);
+  }
   m->inv_freq_ = cfg.rope_inv_freq();
   return m;
 }

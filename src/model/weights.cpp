@@ -1,5 +1,7 @@
 #include "model/weights.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace dspark {
@@ -13,7 +15,8 @@ WeightArena::WeightArena(DType dtype, size_t matrix_bytes) : dtype_(dtype), matr
 }
 
 size_t WeightArena::matrix_bytes(DType dtype, int64_t rows, int64_t cols) {
-  return align64(size_t(rows * cols) * dtype_size(dtype));
+  const size_t row_bytes = size_t(rows * cols) * dtype_size(dtype);
+  return align64(dtype == DType::BF16 ? std::max(row_bytes, panel_bytes(rows, cols)) : row_bytes);
 }
 
 WeightMatrix WeightArena::take(int64_t rows, int64_t cols) {
@@ -33,6 +36,16 @@ WeightMatrix WeightArena::matrix(const WeightSource& src, const std::string& nam
   WeightMatrix w = take(rows, cols);
   fill(src, name, w, 0, rows);
   return w;
+}
+
+void WeightArena::pack(WeightMatrix& w) {
+  if (w.dtype == DType::BF16 && !w.panels && gemm_wants_panels()) w = pack_panels(w, const_cast<void*>(w.data));
+}
+
+WeightMatrix WeightArena::packed_copy(const WeightMatrix& w) {
+  if (w.dtype != DType::BF16 || w.panels || !gemm_wants_panels()) return w;
+  WeightMatrix dst = take(w.n, w.k);
+  return pack_panels(w, const_cast<void*>(dst.data));
 }
 
 const float* WeightArena::vector(const WeightSource& src, const std::string& name, int64_t n) {
@@ -79,6 +92,12 @@ LayerWeights load_decoder_layer(const WeightSource& src, const std::string& p, c
   arena.fill(src, p + "mlp.gate_proj.weight", L.gate_up, 0, I);
   arena.fill(src, p + "mlp.up_proj.weight", L.gate_up, I, I);
   L.down = arena.matrix(src, p + "mlp.down_proj.weight", H, I);
+  // The K/V rows of qkv are also used on their own (a view from row q), which panels allow
+  // only at a multiple of 16 rows.
+  if (q % kPanelRows == 0) arena.pack(L.qkv);
+  arena.pack(L.o);
+  arena.pack(L.gate_up);
+  arena.pack(L.down);
   L.attn_norm = arena.vector(src, p + "input_layernorm.weight", H);
   L.mlp_norm = arena.vector(src, p + "post_attention_layernorm.weight", H);
   if (c.qk_norm) {

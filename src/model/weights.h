@@ -29,7 +29,8 @@ class WeightArena {
  public:
   // `matrix_bytes` is the capacity for matrices (see matrix_bytes()).
   WeightArena(DType dtype, size_t matrix_bytes);
-  static size_t matrix_bytes(DType dtype, int64_t rows, int64_t cols);  // one matrix, aligned
+  // One matrix, aligned, with room for its panel layout (rows padded to 16) when bf16.
+  static size_t matrix_bytes(DType dtype, int64_t rows, int64_t cols);
 
   DType dtype() const { return dtype_; }
   // An uninitialised matrix [rows, cols] in the arena's dtype.
@@ -37,6 +38,13 @@ class WeightArena {
   // Reads tensor `name` of shape [rows, cols] into rows [row0, row0+rows) of w.
   void fill(const WeightSource& src, const std::string& name, WeightMatrix& w, int64_t row0, int64_t rows);
   WeightMatrix matrix(const WeightSource& src, const std::string& name, int64_t rows, int64_t cols);
+  // Repacks a filled matrix of this arena in place into the panel layout the AVX2 kernels read
+  // fastest, when it is bf16 and the current gemm backend wants panels (see gemm_wants_panels).
+  // Not for matrices whose rows are read directly (embeddings).
+  void pack(WeightMatrix& w);
+  // A panel-packed copy of `w` in new arena space (a tied lm_head whose rows stay the embedding
+  // table), or `w` itself when panels are not wanted.
+  WeightMatrix packed_copy(const WeightMatrix& w);
   // A vector of f32 (norm weights, biases) read from `name` with `n` elements.
   const float* vector(const WeightSource& src, const std::string& name, int64_t n);
   // f32 storage of any shape (kept in f32 whatever the arena dtype), e.g. small heads.

@@ -37,6 +37,7 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
   if (own_head) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
   arena_ = std::make_unique<WeightArena>(dtype, bytes);
   fc_ = arena_->matrix(src, "fc.weight", H, feat);
+  arena_->pack(fc_);
   hidden_norm_ = arena_->vector(src, "hidden_norm.weight", H);
   for (int i = 0; i < L.num_layers; ++i)
     layers_.push_back(load_decoder_layer(src, "layers." + std::to_string(i) + ".", L, *arena_, H));
@@ -49,6 +50,7 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
   }
   if (own_head) {
     own_lm_head_ = arena_->matrix(src, "lm_head.weight", T.vocab_size, H);
+    arena_->pack(own_lm_head_);
     lm_head_ = &own_lm_head_;
   } else {
     lm_head_ = &target.lm_head();

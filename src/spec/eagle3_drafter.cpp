@@ -48,10 +48,12 @@ class Eagle3Drafter : public Drafter {
     if (own_embed) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
     arena_ = std::make_unique<WeightArena>(dtype, bytes);
     fc_ = arena_->matrix(src, "fc.weight", H, feat);
+    arena_->pack(fc_);
     layer_ = load_decoder_layer(src, "layers.0.", L, *arena_, 2 * H);
     hidden_norm_ = arena_->vector(src, "layers.0.hidden_norm.weight", H);
     norm_ = arena_->vector(src, "norm.weight", H);
     lm_head_ = arena_->matrix(src, "lm_head.weight", draft_vocab_, H);
+    arena_->pack(lm_head_);
     if (own_embed) {
       own_embed_ = arena_->matrix(src, "embed_tokens.weight", T.vocab_size, H);
       embed_ = &own_embed_;

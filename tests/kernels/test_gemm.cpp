@@ -16,6 +16,7 @@ struct Case {
   int m, n, k;
   DType dtype;
   bool accumulate;
+  bool panels = false;  // bf16 weights packed into the panel layout first
 };
 
 // The same product in double precision, from the weights exactly as stored.
@@ -45,6 +46,12 @@ void run_case(const Case& c, GemmBackend backend, bool onednn_direct = false) {
   std::vector<uint16_t> wb(wf.size());
   for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
   WeightMatrix w{c.dtype, c.n, c.k, ldw, c.dtype == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data()};
+  auto ref = exact(x, c.m, ldx, w);
+  std::vector<uint16_t> packed;
+  if (c.panels) {
+    packed.resize(panel_bytes(c.n, c.k) / 2);
+    w = pack_panels(w, packed.data());
+  }
   std::vector<float> y(size_t(c.m) * ldy, 0.f), init(y.size());
   for (auto& v : init) v = nd(rng);
   if (c.accumulate) y = init;
@@ -55,14 +62,13 @@ void run_case(const Case& c, GemmBackend backend, bool onednn_direct = false) {
     gemm(x.data(), c.m, ldx, w, y.data(), ldy, c.accumulate);
     set_gemm_backend(GemmBackend::Auto);
   }
-  auto ref = exact(x, c.m, ldx, w);
   for (int i = 0; i < c.m; ++i)
     for (int j = 0; j < c.n; ++j) {
       double want = ref[size_t(i * c.n + j)] + (c.accumulate ? init[size_t(i * ldy + j)] : 0.0);
       double tol = 1e-5 * std::sqrt(double(c.k)) * 4 + 1e-5 * std::abs(want);
       ASSERT_NEAR(y[size_t(i * ldy + j)], want, tol)
           << gemm_backend_name(backend) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " "
-          << dtype_name(c.dtype) << " acc=" << c.accumulate << " at (" << i << "," << j << ")";
+          << dtype_name(c.dtype) << " acc=" << c.accumulate << " panels=" << c.panels << " at (" << i << "," << j << ")";
     }
 }
 
@@ -86,6 +92,47 @@ TEST(Gemm, Avx2MatchesExact) {
     return;
   }
   for (const Case& c : cases()) run_case(c, GemmBackend::Avx2);
+}
+
+std::vector<Case> panel_cases() {
+  std::vector<Case> v;
+  for (const Case& c : cases())
+    if (c.dtype == DType::BF16) v.push_back({c.m, c.n, c.k, c.dtype, c.accumulate, true});
+  for (int m : {1, 6, 8, 12, 16, 20})
+    v.push_back({m, 16 * 9 + 5, 1030, DType::BF16, false, true});  // several panels, so prefetching runs ahead
+  return v;
+}
+
+TEST(Gemm, PanelsMatchExactOnEveryBackend) {
+  std::vector<GemmBackend> backends = {GemmBackend::Reference, GemmBackend::OneDnn};
+  if (cpu_features().avx2 && cpu_features().fma) backends.push_back(GemmBackend::Avx2);
+  for (GemmBackend b : backends)
+    for (const Case& c : panel_cases()) {
+      if (b == GemmBackend::OneDnn && !(cpu_features().avx2 && cpu_features().fma)) continue;
+      run_case(c, b);
+    }
+}
+
+TEST(Gemm, PanelLayoutKeepsEveryElementAndRowViews) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  const int n = 53, k = 37;
+  std::vector<uint16_t> wb(size_t(n) * k), packed(panel_bytes(n, k) / 2, 0xffff);
+  for (auto& v : wb) v = f32_to_bf16(nd(rng));
+  const WeightMatrix rows{DType::BF16, n, k, k, wb.data()};
+  const WeightMatrix p = pack_panels(rows, packed.data());
+  ASSERT_TRUE(p.panels);
+  for (int r = 0; r < n; ++r)
+    for (int c = 0; c < k; ++c) ASSERT_EQ(weight_at(p, r, c), weight_at(rows, r, c)) << r << "," << c;
+  const int last = n / kPanelRows;  // the padding rows of the last panel are zero
+  for (int c = 0; c < k; ++c)
+    for (int i = n % kPanelRows; i < kPanelRows; ++i)
+      ASSERT_EQ(packed[size_t((int64_t(last) * k + c) * kPanelRows + panel_slot(i))], 0) << "padding row " << i;
+  const WeightMatrix view = p.rows(32, 21), want = rows.rows(32, 21);
+  for (int r = 0; r < 21; ++r)
+    for (int c = 0; c < k; ++c) ASSERT_EQ(weight_at(view, r, c), weight_at(want, r, c));
+  EXPECT_THROW(p.rows(8, 4), Error);  // panels cannot start mid-panel
+  EXPECT_THROW(pack_panels(p, packed.data()), Error);
 }
 
 TEST(Gemm, OneDnnBf16IsExactOrRefusedClearly) {

@@ -7,7 +7,10 @@
 #     defaults: build/demo-drafters, models/demo, build/demo-target/corpus
 #
 # Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 6000),
-# METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 10), STEPS (optimizer steps per drafter, 150), BATCH (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (1).
+# METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 10), STEPS (optimizer steps of DSpark
+# and DFlash, 600), EAGLE3_STEPS (150: an unrolled EAGLE-3 step costs ~7x a DSpark step, so 150 of
+# them take more training time than 600 DSpark steps), BATCH (sequences per step, 16), ANCHORS (per
+# sequence, 64), DRAFTS (gamma, 8), LAYERS (1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-drafters}
@@ -15,7 +18,8 @@ TARGET=${2:-models/demo}
 CORPUS=${3:-build/demo-target/corpus}
 BIN=${BIN:-build}
 PROMPTS=${PROMPTS:-6000}
-STEPS=${STEPS:-150}
+STEPS=${STEPS:-600}
+EAGLE3_STEPS=${EAGLE3_STEPS:-150}
 ANCHORS=${ANCHORS:-64}
 DRAFTS=${DRAFTS:-8}
 LAYERS=${LAYERS:-1}
@@ -30,14 +34,17 @@ mkdir -p "$WORK"
 # 2. Its hidden states at the drafters' target layers.
 "$BIN/dspark" datagen hidden --model "$TARGET" --data "$WORK/regen.jsonl" --layers "$TAPS" --out "$WORK/hidden"
 
-# 3. Three drafters: same data, steps, batch, anchors, drafts per pass and depth.
+# 3. Three drafters: same data, batch, anchors, drafts per pass and depth; DSpark and DFlash the same
+#    steps, EAGLE-3 at least the same training time.
 for method in $METHODS; do
+  steps=$STEPS
+  [ "$method" = eagle3 ] && steps=$EAGLE3_STEPS
   if [ ! -f "$WORK/$method/drafter/config.json" ]; then
     resume=()
     [ -f "$WORK/$method/latest" ] && resume=(--resume)
     start=$(date +%s)
     "$BIN/dspark" train drafter --method "$method" --target "$TARGET" --data "$WORK/hidden" --out "$WORK/$method" \
-      --layers "$LAYERS" --drafts "$DRAFTS" --anchors "$ANCHORS" --steps "$STEPS" --batch "$BATCH" --threads 2 \
+      --layers "$LAYERS" --drafts "$DRAFTS" --anchors "$ANCHORS" --steps "$steps" --batch "$BATCH" --threads 2 \
       --save-every 50 "${resume[@]}"
     echo "{\"method\": \"$method\", \"train_seconds\": $(($(date +%s) - start))}" > "$WORK/$method/train_time.json"
   fi

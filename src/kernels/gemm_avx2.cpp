@@ -1,12 +1,13 @@
-// AVX2/FMA matrix products for bf16 and f32 weights in HF layout W[n, k].
+// AVX2/FMA matrix products for bf16 and f32 weights W[n, k].
 //
-// Two kernels, picked by the number of rows m:
-//  - m <= kDotMaxRows (decode and speculative verification): a dot-product kernel that
-//    streams W straight from memory once. A 32-byte load holds 16 bf16 weights; shifting
-//    left by 16 yields the even elements as f32 and masking the low half yields the odd ones,
-//    so x is pre-arranged per 16-chunk as [even 8 | odd 8] and no widening shuffles are needed.
-//  - larger m (prefill): W is packed per 16-row panel into k-major f32 (the widening and
-//    transpose happen once per panel) and a 6x16 outer-product kernel runs from L1.
+// - bf16 weights packed at load time into 16-row k-major panels (pack_panels): one
+//   broadcast-x outer-product kernel (panel_micro, up to 6 x 16 accumulators) at every m.
+// - f32 weights (the exact mode): a dot-product kernel whose per-output summation order does
+//   not depend on m. A 32-byte load of bf16 rows holds 16 weights; shifting left by 16 yields
+//   the even elements as f32 and masking the low half the odd ones, so x is pre-arranged per
+//   16-chunk as [even 8 | odd 8] and no widening shuffles are needed.
+// - bf16 weights left in rows: the dot kernel for m <= kDotMaxRows; for larger m each 16-row
+//   panel is packed per call into k-major f32 and runs through the same panel_micro from L1.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -284,94 +285,17 @@ void pack_panel(const uint8_t* w, int64_t ldw_bytes, int rows, int64_t k0, int k
       panel[kk * kPanel + r] = r < rows ? w_at<kBf16>(w + r * ldw_bytes, k0 + kk) : 0.f;
 }
 
-// y[MR, 16] (+)= x[MR, kc] · panel[kc, 16]; the classic broadcast-A outer product.
-template <int MR>
-void outer_micro(const float* x, int64_t ldx, const float* panel, int kc, float* y, int64_t ldy,
-                 int cols, bool store) {
-  __m256 c0[MR], c1[MR];
-  DSPARK_UNROLL
-  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
-  const float* xr[MR];
-  DSPARK_UNROLL
-  for (int i = 0; i < MR; ++i) xr[i] = x + i * ldx;
-  for (int kk = 0; kk < kc; ++kk) {
-    const __m256 b0 = _mm256_load_ps(panel + kk * kPanel);
-    const __m256 b1 = _mm256_load_ps(panel + kk * kPanel + 8);
-    DSPARK_UNROLL
-  for (int i = 0; i < MR; ++i) {
-      const __m256 a = _mm256_broadcast_ss(xr[i] + kk);
-      c0[i] = _mm256_fmadd_ps(a, b0, c0[i]);
-      c1[i] = _mm256_fmadd_ps(a, b1, c1[i]);
-    }
-  }
-  DSPARK_UNROLL
-  for (int i = 0; i < MR; ++i) {
-    float* yr = y + i * ldy;
-    if (cols == kPanel) {
-      __m256 v0 = c0[i], v1 = c1[i];
-      if (!store) {
-        v0 = _mm256_add_ps(v0, _mm256_loadu_ps(yr));
-        v1 = _mm256_add_ps(v1, _mm256_loadu_ps(yr + 8));
-      }
-      _mm256_storeu_ps(yr, v0);
-      _mm256_storeu_ps(yr + 8, v1);
-    } else {
-      alignas(32) float tmp[kPanel];
-      _mm256_store_ps(tmp, c0[i]);
-      _mm256_store_ps(tmp + 8, c1[i]);
-      for (int c = 0; c < cols; ++c) yr[c] = store ? tmp[c] : yr[c] + tmp[c];
-    }
-  }
-}
-
-template <bool kBf16>
-void gemm_packed(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
-                 bool accumulate) {
-  const int64_t K = w.k;
-  const int64_t ldw_bytes = w.ld * (kBf16 ? 2 : 4);
-  const auto* wbase = static_cast<const uint8_t*>(w.data);
-  const int panels = (w.n + kPanel - 1) / kPanel;
-  const int groups = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
-  parallel_for(groups, [&](int g) {
-    thread_local Buffer<float> panel_storage;
-    panel_storage.resize(size_t(kPackKc) * kPanel);
-    float* panel = panel_storage.data();
-    const int p0 = g * kPanelsPerTask, p1 = std::min(panels, p0 + kPanelsPerTask);
-    for (int64_t k0 = 0; k0 < K; k0 += kPackKc) {
-      const int kc = int(std::min<int64_t>(kPackKc, K - k0));
-      const bool store = (k0 == 0) && !accumulate;
-      for (int m0 = 0; m0 < m; m0 += kPackMc) {
-        const int m1 = std::min(m, m0 + kPackMc);
-        for (int p = p0; p < p1; ++p) {
-          const int n0 = p * kPanel, cols = std::min(kPanel, w.n - n0);
-          pack_panel<kBf16>(wbase + n0 * ldw_bytes, ldw_bytes, cols, k0, kc, panel);
-          const float* xk = x + k0;
-          int i = m0;
-          for (; i + 6 <= m1; i += 6)
-            outer_micro<6>(xk + i * ldx, ldx, panel, kc, y + i * ldy + n0, ldy, cols, store);
-          const float* xr = xk + i * ldx;
-          float* yr = y + i * ldy + n0;
-          switch (m1 - i) {
-            case 5: outer_micro<5>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
-            case 4: outer_micro<4>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
-            case 3: outer_micro<3>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
-            case 2: outer_micro<2>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
-            case 1: outer_micro<1>(xr, ldx, panel, kc, yr, ldy, cols, store); break;
-            default: break;
-          }
-        }
-      }
-    }
-  });
-}
-
-// ---- kernels over bf16 panels (pre-packed at load time, see pack_panels) ---------------
-
-// Widens the 16 values of one panel k-slice: rows 0-7 to lo, rows 8-15 to hi.
+// The 16 values of one panel k-slice as rows 0-7 (lo) and 8-15 (hi): a bf16 panel (interleaved,
+// see pack_panels) is widened; an f32 panel (packed per call by pack_panel) is in row order.
 inline void load_panel_k(const uint16_t* p, __m256& lo, __m256& hi) {
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   lo = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
   hi = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u))));
+}
+
+inline void load_panel_k(const float* p, __m256& lo, __m256& hi) {
+  lo = _mm256_load_ps(p);
+  hi = _mm256_load_ps(p + 8);
 }
 
 inline void store_16(float* y, __m256 v0, __m256 v1, int cols, bool store) {
@@ -397,8 +321,8 @@ struct Prefetch {
 };
 
 // y[MR, 16] (+)= x[MR, kc] · panel[kc, 16]: broadcast-x outer products, 2*MR accumulators.
-template <int MR>
-void panel_micro(const float* x, int64_t ldx, const uint16_t* panel, int64_t kc, float* y, int64_t ldy,
+template <int MR, typename P>
+void panel_micro(const float* x, int64_t ldx, const P* panel, int64_t kc, float* y, int64_t ldy,
                  int cols, bool store, Prefetch pf = {}) {
   __m256 c0[MR], c1[MR];
   DSPARK_UNROLL
@@ -454,7 +378,8 @@ void panel_single(const float* x, const uint16_t* panel, int64_t K, float* y, in
 }
 
 // Rows [i, i+mr) of x against one panel k-range.
-void panel_block(int mr, const float* x, int64_t ldx, const uint16_t* panel, int64_t kc, float* y, int64_t ldy,
+template <typename P>
+void panel_block(int mr, const float* x, int64_t ldx, const P* panel, int64_t kc, float* y, int64_t ldy,
                  int cols, bool store, Prefetch pf = {}) {
   switch (mr) {
     case 6: return panel_micro<6>(x, ldx, panel, kc, y, ldy, cols, store, pf);
@@ -469,6 +394,40 @@ void panel_block(int mr, const float* x, int64_t ldx, const uint16_t* panel, int
 // Splits the rows left into register blocks of at most 6, as even as possible (8 -> 4 + 4,
 // not 6 + 2: a 2-row block has too few accumulators to hide the FMA latency).
 inline int block_rows(int left) { return left <= 6 ? left : left >= 12 ? 6 : (left + 1) / 2; }
+
+template <bool kBf16>
+void gemm_packed(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
+                 bool accumulate) {
+  const int64_t K = w.k;
+  const int64_t ldw_bytes = w.ld * (kBf16 ? 2 : 4);
+  const auto* wbase = static_cast<const uint8_t*>(w.data);
+  const int panels = (w.n + kPanel - 1) / kPanel;
+  const int groups = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
+  parallel_for(groups, [&](int g) {
+    thread_local Buffer<float> panel_storage;
+    panel_storage.resize(size_t(kPackKc) * kPanel);
+    float* panel = panel_storage.data();
+    const int p0 = g * kPanelsPerTask, p1 = std::min(panels, p0 + kPanelsPerTask);
+    for (int64_t k0 = 0; k0 < K; k0 += kPackKc) {
+      const int kc = int(std::min<int64_t>(kPackKc, K - k0));
+      const bool store = (k0 == 0) && !accumulate;
+      for (int m0 = 0; m0 < m; m0 += kPackMc) {
+        const int m1 = std::min(m, m0 + kPackMc);
+        for (int p = p0; p < p1; ++p) {
+          const int n0 = p * kPanel, cols = std::min(kPanel, w.n - n0);
+          pack_panel<kBf16>(wbase + n0 * ldw_bytes, ldw_bytes, cols, k0, kc, panel);
+          for (int i = m0; i < m1;) {
+            const int mr = block_rows(m1 - i);
+            panel_block(mr, x + i * ldx + k0, ldx, static_cast<const float*>(panel), kc, y + i * ldy + n0, ldy, cols, store);
+            i += mr;
+          }
+        }
+      }
+    }
+  });
+}
+
+// ---- bf16 panels (pre-packed at load time, see pack_panels) ----------------------------
 
 constexpr int kSmallPanelsPerTask = 8;  // panels per parallel task when m is small
 
@@ -544,13 +503,9 @@ void gemm_avx2(const float* x, int m, int64_t ldx, const WeightMatrix& w, float*
   // whatever m is (the dot kernel's accumulation per output does not depend on the tiling),
   // so a row's result never depends on the rest of the batch. bf16 picks kernels by speed.
   if (!bf16) return gemm_dot<false>(x, m, ldx, w, y, ldy, accumulate);
-  if (m <= kDotMaxRows) {
-    if (bf16) gemm_dot<true>(x, m, ldx, w, y, ldy, accumulate);
-    else gemm_dot<false>(x, m, ldx, w, y, ldy, accumulate);
-  } else {
-    if (bf16) gemm_packed<true>(x, m, ldx, w, y, ldy, accumulate);
-    else gemm_packed<false>(x, m, ldx, w, y, ldy, accumulate);
-  }
+  // bf16 weights still in rows (not packed at load, e.g. matrices that are also read by row).
+  if (m <= kDotMaxRows) return gemm_dot<true>(x, m, ldx, w, y, ldy, accumulate);
+  gemm_packed<true>(x, m, ldx, w, y, ldy, accumulate);
 }
 
 }  // namespace dspark::detail

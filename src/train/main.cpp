@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "core/timer.h"
+#include "train/caching_allocator.h"
 #include "train/drafter_trainer.h"
 #include "train/lm_trainer.h"
 
@@ -47,16 +48,22 @@ int cmd_lm(int argc, char** argv) {
       .flag("clip", "gradient norm clipping", true, "1.0")
       .flag("init-std", "standard deviation of initial weights", true, "0.02")
       .flag("seed", "seed for initialisation and data order", true, "1234")
-      .flag("precision", "auto, f32 or bf16 (autocast; auto = bf16 only where the CPU has AMX/AVX512-BF16)", true, "auto")
+      .flag("precision",
+            "auto, f32 or bf16 (autocast; auto = bf16 only where the CPU has AMX/AVX512-BF16)",
+            true, "auto")
       .flag("threads", "compute threads (0: libtorch's default)", true, "0")
       .flag("eval-every", "steps between validation evaluations (0: never)", true, "200")
       .flag("eval-windows", "validation windows per domain", true, "16")
       .flag("save-every", "steps between checkpoints", true, "200")
-      .flag("stop-after", "stop after this many steps of this run, with a checkpoint (-1: run to the end)", true, "-1")
+      .flag("stop-after",
+            "stop after this many steps of this run, with a checkpoint (-1: run to the end)", true,
+            "-1")
       .flag("resume", "continue the run in --out from its latest checkpoint", false);
   a.parse(argc, argv);
   if (a.help_requested()) {
-    std::cout << a.usage("train lm", "Trains a Qwen3/Llama target model on a tokenized corpus and writes\nOUT/model, an HF directory the engine loads.");
+    std::cout << a.usage("train lm",
+                         "Trains a Qwen3/Llama target model on a tokenized corpus and "
+                         "writes\nOUT/model, an HF directory the engine loads.");
     return 0;
   }
   LmTrainConfig c;
@@ -91,16 +98,21 @@ int cmd_lm(int argc, char** argv) {
 
 int cmd_eval(int argc, char** argv) {
   Args a;
-  a.flag("model", "HF model directory").flag("data", "tokenized corpus directory")
-      .flag("split", "corpus split", true, "validation").flag("windows", "windows per domain", true, "64")
-      .flag("seq-len", "tokens per window", true, "512").flag("threads", "threads (0: default)", true, "0");
+  a.flag("model", "HF model directory")
+      .flag("data", "tokenized corpus directory")
+      .flag("split", "corpus split", true, "validation")
+      .flag("windows", "windows per domain", true, "64")
+      .flag("seq-len", "tokens per window", true, "512")
+      .flag("threads", "threads (0: default)", true, "0");
   a.parse(argc, argv);
   if (a.help_requested()) {
-    std::cout << a.usage("train eval", "Per-domain next-token loss and perplexity of a model on a corpus split.");
+    std::cout << a.usage("train eval",
+                         "Per-domain next-token loss and perplexity of a model on a corpus split.");
     return 0;
   }
   if (a.integer("threads") > 0) at::set_num_threads(int(a.integer("threads")));
-  auto j = evaluate_lm(a.str("model"), a.str("data"), a.str("split"), int(a.integer("windows")), int(a.integer("seq-len")));
+  auto j = evaluate_lm(a.str("model"), a.str("data"), a.str("split"), int(a.integer("windows")),
+                       int(a.integer("seq-len")));
   std::cout << j.dump(2) << "\n";
   return 0;
 }
@@ -112,7 +124,8 @@ int cmd_drafter(int argc, char** argv) {
       .flag("data", "hidden-state dataset (dspark datagen hidden)")
       .flag("out", "run directory; the drafter is written to OUT/drafter")
       .flag("layers", "draft layers (DSpark / DFlash; EAGLE-3 has one)", true, "2")
-      .flag("drafts", "drafts per pass: DSpark gamma, DFlash block - 1, EAGLE-3 TTT steps", true, "8")
+      .flag("drafts", "drafts per pass: DSpark gamma, DFlash block - 1, EAGLE-3 TTT steps", true,
+            "8")
       .flag("markov-rank", "DSpark Markov head rank (0: none)", true, "64")
       .flag("markov-head", "vanilla, gated or rnn", true, "vanilla")
       .flag("no-confidence", "DSpark without the confidence head", false)
@@ -139,16 +152,21 @@ int cmd_drafter(int argc, char** argv) {
   a.parse(argc, argv);
   if (a.help_requested()) {
     std::cout << a.usage("train drafter",
-                         "Trains a DSpark, DFlash or EAGLE-3 drafter on target hidden states and writes OUT/drafter\n"
+                         "Trains a DSpark, DFlash or EAGLE-3 drafter on target hidden states and "
+                         "writes OUT/drafter\n"
                          "in the format dspark generate --speculative-config loads.");
     return 0;
   }
   DrafterTrainConfig c;
   const std::string m = a.str("method");
-  if (m == "dspark") c.method = SpecMethod::DSpark;
-  else if (m == "dflash") c.method = SpecMethod::DFlash;
-  else if (m == "eagle3") c.method = SpecMethod::Eagle3;
-  else fail("flag --method must be dspark, dflash or eagle3, got '", m, "'");
+  if (m == "dspark")
+    c.method = SpecMethod::DSpark;
+  else if (m == "dflash")
+    c.method = SpecMethod::DFlash;
+  else if (m == "eagle3")
+    c.method = SpecMethod::Eagle3;
+  else
+    fail("flag --method must be dspark, dflash or eagle3, got '", m, "'");
   c.target = a.str("target");
   c.data = a.str("data");
   c.out = a.str("out");
@@ -185,11 +203,15 @@ int cmd_drafter(int argc, char** argv) {
 // The matrix rate libtorch reaches on this CPU, in f32 and bf16, at a training-like shape.
 int cmd_bench_matmul(int argc, char** argv) {
   Args a;
-  a.flag("m", "rows", true, "4096").flag("k", "inner dimension", true, "512").flag("n", "columns", true, "1536")
-      .flag("threads", "threads (0: default)", true, "0").flag("seconds", "time per dtype", true, "3");
+  a.flag("m", "rows", true, "4096")
+      .flag("k", "inner dimension", true, "512")
+      .flag("n", "columns", true, "1536")
+      .flag("threads", "threads (0: default)", true, "0")
+      .flag("seconds", "time per dtype", true, "3");
   a.parse(argc, argv);
   if (a.help_requested()) {
-    std::cout << a.usage("train bench-matmul", "Measures libtorch's f32 and bf16 matrix-multiply rate.");
+    std::cout << a.usage("train bench-matmul",
+                         "Measures libtorch's f32 and bf16 matrix-multiply rate.");
     return 0;
   }
   if (a.integer("threads") > 0) at::set_num_threads(int(a.integer("threads")));
@@ -220,6 +242,9 @@ int main(int argc, char** argv) {
   // returns 0), and a fixed 32 MiB threshold measured slower on the demo target (6.9 against 5.9 s
   // per step in two alternating pairs of 10-step runs, identical losses).
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // Buffers above that threshold are mmapped, zeroed by the kernel on first touch and unmapped
+  // when freed; libtorch tensors of 256 KiB and more come from a caching allocator instead.
+  dspark::train::CachingCpuAllocator::install();
   struct Cmd {
     const char* name;
     const char* summary;
@@ -228,11 +253,15 @@ int main(int argc, char** argv) {
   const Cmd cmds[] = {
       {"lm", "train a target language model on a tokenized corpus", dspark::train::cmd_lm},
       {"eval", "per-domain validation loss and perplexity of a model", dspark::train::cmd_eval},
-      {"drafter", "train a DSpark, DFlash or EAGLE-3 drafter on target hidden states", dspark::train::cmd_drafter},
-      {"bench-matmul", "libtorch f32 and bf16 matrix-multiply rate on this CPU", dspark::train::cmd_bench_matmul},
+      {"drafter", "train a DSpark, DFlash or EAGLE-3 drafter on target hidden states",
+       dspark::train::cmd_drafter},
+      {"bench-matmul", "libtorch f32 and bf16 matrix-multiply rate on this CPU",
+       dspark::train::cmd_bench_matmul},
   };
   auto usage = [&](FILE* f) {
-    std::fprintf(f, "usage: dspark train <command> [flags]   (dspark train <command> --help)\n\ncommands:\n");
+    std::fprintf(
+        f,
+        "usage: dspark train <command> [flags]   (dspark train <command> --help)\n\ncommands:\n");
     for (const auto& c : cmds) std::fprintf(f, "  %-13s %s\n", c.name, c.summary);
   };
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
@@ -247,7 +276,8 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "dspark train %s: error: %s\n", c.name, e.what());
       return 1;
     } catch (const c10::Error& e) {
-      std::fprintf(stderr, "dspark train %s: libtorch error: %s\n", c.name, e.what_without_backtrace());
+      std::fprintf(stderr, "dspark train %s: libtorch error: %s\n", c.name,
+                   e.what_without_backtrace());
       return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "dspark train %s: internal error: %s\n", c.name, e.what());

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -146,7 +147,15 @@ void CachingCpuAllocator::empty_cache() const {
 CachingCpuAllocator& CachingCpuAllocator::install() {
   static CachingCpuAllocator* instance = [] {
     std::size_t mib = 8192;
-    if (const char* env = std::getenv("DSPARK_TRAIN_CACHE_MIB")) mib = std::stoull(env);
+    if (const char* env = std::getenv("DSPARK_TRAIN_CACHE_MIB")) {
+      char* end = nullptr;
+      const unsigned long long v = std::strtoull(env, &end, 10);
+      if (end == env || *end != '\0' || v > (std::size_t(1) << 40))
+        throw std::runtime_error(
+            std::string("DSPARK_TRAIN_CACHE_MIB: expected a whole number of MiB, got '") + env +
+            "'");
+      mib = v;
+    }
     // Never destroyed: tensors may outlive static destruction.
     auto* a = new CachingCpuAllocator(mib << 20);
     c10::SetCPUAllocator(a, /*priority=*/1);

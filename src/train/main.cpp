@@ -244,7 +244,12 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   // Buffers above that threshold are mmapped, zeroed by the kernel on first touch and unmapped
   // when freed; libtorch tensors of 256 KiB and more come from a caching allocator instead.
-  dspark::train::CachingCpuAllocator::install();
+  try {
+    dspark::train::CachingCpuAllocator::install();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dspark train: error: %s\n", e.what());
+    return 2;
+  }
   struct Cmd {
     const char* name;
     const char* summary;

@@ -84,8 +84,11 @@ def main():
              f"- {tcfg['steps']} AdamW steps of {tcfg['batch']} x {T} tokens ({tokens / 1e6:.2f} M tokens), lr {tcfg['lr']} "
              f"with {tcfg['warmup']} warmup steps then cosine to {tcfg['min_lr_ratio']} x, weight decay {tcfg['weight_decay']}, "
              f"clip {tcfg['clip']}, precision {start.get('precision')}, {start.get('threads')} threads.",
-             f"- Wall time: {elapsed / 3600:.2f} h of training on 2 cores in {len(segments)} segment(s) "
-             f"(resumed from checkpoints; the machine was shared with other work part of the time), "
+             (f"- Wall time: {elapsed / 3600:.2f} h of training on 2 cores in one uninterrupted run "
+              f"(with {len(evals)} evaluations), "
+              if len(segments) == 1 else
+              f"- Wall time: {elapsed / 3600:.2f} h of training on 2 cores in {len(segments)} segments "
+              f"(resumed from checkpoints; the machine was shared with other work part of the time), ") +
              f"{tok_s:.0f} training tok/s on average, {median_tok_s:.0f} tok/s at the median step.",
              f"- Model arithmetic ({flops_tok / 1e6:.0f} MFLOP per token): {tflops * 1e3:.1f} GFLOP/s on average, "
              f"{median_gflops:.1f} GFLOP/s at the median step. libtorch on this CPU (`dspark train bench-matmul`, "

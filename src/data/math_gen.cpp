@@ -9,297 +9,6 @@
 
 namespace dspark::data {
 
-// ---------------------------------------------------------------------------------------------
-// Rational
-
-namespace {
-
-int64_t checked(__int128 v) {
-  if (v > INT64_MAX || v < -INT64_MAX) throw std::overflow_error("rational overflow");
-  return int64_t(v);
-}
-
-}  // namespace
-
-Rational::Rational(int64_t num, int64_t den) {
-  if (den == 0) throw std::domain_error("division by zero");
-  if (den < 0) {
-    num = -num;
-    den = -den;
-  }
-  const int64_t g = std::gcd(num < 0 ? -num : num, den);
-  n = g ? num / g : 0;
-  d = g ? den / g : 1;
-}
-
-Rational operator+(Rational a, Rational b) {
-  return Rational(checked(__int128(a.n) * b.d + __int128(b.n) * a.d), checked(__int128(a.d) * b.d));
-}
-Rational operator-(Rational a, Rational b) {
-  return Rational(checked(__int128(a.n) * b.d - __int128(b.n) * a.d), checked(__int128(a.d) * b.d));
-}
-Rational operator*(Rational a, Rational b) {
-  return Rational(checked(__int128(a.n) * b.n), checked(__int128(a.d) * b.d));
-}
-Rational operator/(Rational a, Rational b) {
-  if (b.n == 0) throw std::domain_error("division by zero");
-  return Rational(checked(__int128(a.n) * b.d), checked(__int128(a.d) * b.n));
-}
-bool operator<(Rational a, Rational b) { return __int128(a.n) * b.d < __int128(b.n) * a.d; }
-
-namespace {
-
-// Decimal digits after the point if r terminates within max_places, else -1.
-int decimal_places(Rational r, int max_places) {
-  int64_t d = r.d;
-  int twos = 0, fives = 0;
-  while (d % 2 == 0) d /= 2, ++twos;
-  while (d % 5 == 0) d /= 5, ++fives;
-  if (d != 1) return -1;
-  const int p = std::max(twos, fives);
-  return p <= max_places ? p : -1;
-}
-
-std::string decimal_string(Rational r, int places) {
-  // places >= the terminating length: exact.
-  __int128 scale = 1;
-  for (int i = 0; i < places; ++i) scale *= 10;
-  const __int128 v = __int128(r.n) * scale / r.d;
-  const bool neg = v < 0;
-  unsigned __int128 a = neg ? -v : v;
-  std::string digits;
-  do {
-    digits.insert(digits.begin(), char('0' + int(a % 10)));
-    a /= 10;
-  } while (a);
-  while (int(digits.size()) <= places) digits.insert(digits.begin(), '0');
-  std::string out = neg ? "-" : "";
-  if (places == 0) return out + digits;
-  return out + digits.substr(0, digits.size() - size_t(places)) + "." + digits.substr(digits.size() - size_t(places));
-}
-
-}  // namespace
-
-std::string to_string(Rational r) {
-  if (r.d == 1) return std::to_string(r.n);
-  const int p = decimal_places(r, 6);
-  if (p >= 0) return decimal_string(r, p);
-  return std::to_string(r.n) + "/" + std::to_string(r.d);
-}
-
-bool parse_rational(std::string_view s, Rational* out) {
-  s = trim(s);
-  bool neg = false;
-  if (!s.empty() && s[0] == '-') {
-    neg = true;
-    s.remove_prefix(1);
-  }
-  if (!s.empty() && s[0] == '$') s.remove_prefix(1);
-  if (s.empty()) return false;
-  const size_t slash = s.find('/');
-  try {
-    if (slash != std::string_view::npos) {
-      Rational a, b;
-      if (!parse_rational(s.substr(0, slash), &a) || !parse_rational(s.substr(slash + 1), &b)) return false;
-      if (!a.is_integer() || !b.is_integer() || b.n == 0) return false;
-      *out = Rational(neg ? -a.n : a.n, b.n);
-      return true;
-    }
-    int64_t num = 0, den = 1;
-    bool dot = false, digit = false;
-    for (size_t i = 0; i < s.size(); ++i) {
-      const char c = s[i];
-      if (c >= '0' && c <= '9') {
-        num = checked(__int128(num) * 10 + (c - '0'));
-        if (dot) den = checked(__int128(den) * 10);
-        digit = true;
-      } else if (c == '.' && !dot && i + 1 < s.size()) {
-        dot = true;
-      } else {
-        return false;
-      }
-    }
-    if (!digit) return false;
-    *out = Rational(neg ? -num : num, den);
-    return true;
-  } catch (const std::exception&) {
-    return false;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Equation checking
-
-namespace {
-
-struct Tok {
-  enum Kind { Num, Op, LParen, RParen, Eq, Word } kind;
-  Rational value;
-  char op = 0;  // + - * /
-};
-
-std::vector<Tok> tokenize_line(std::string_view s) {
-  std::vector<Tok> out;
-  size_t i = 0;
-  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
-  while (i < s.size()) {
-    const char c = s[i];
-    if (c == ' ' || c == '\t') {
-      ++i;
-      continue;
-    }
-    if (is_digit(c) || (c == '$' && i + 1 < s.size() && is_digit(s[i + 1]))) {
-      size_t j = i + (c == '$' ? 1 : 0);
-      while (j < s.size() && is_digit(s[j])) ++j;
-      if (j + 1 < s.size() && s[j] == '.' && is_digit(s[j + 1])) {
-        ++j;
-        while (j < s.size() && is_digit(s[j])) ++j;
-      }
-      if (j + 1 < s.size() && s[j] == '/' && is_digit(s[j + 1])) {
-        ++j;
-        while (j < s.size() && is_digit(s[j])) ++j;
-      }
-      Tok t{Tok::Num, {}, 0};
-      if (!parse_rational(s.substr(i, j - i), &t.value)) t.kind = Tok::Word;
-      // A number glued to letters ("2x", "3rd") is not a plain number.
-      if (j < s.size() && ((s[j] >= 'a' && s[j] <= 'z') || (s[j] >= 'A' && s[j] <= 'Z'))) t.kind = Tok::Word;
-      out.push_back(t);
-      i = j;
-      continue;
-    }
-    if (starts_with(s.substr(i), "×")) {
-      out.push_back({Tok::Op, {}, '*'});
-      i += std::string_view("×").size();
-      continue;
-    }
-    if (starts_with(s.substr(i), "÷")) {
-      out.push_back({Tok::Op, {}, '/'});
-      i += std::string_view("÷").size();
-      continue;
-    }
-    if (c == '+' || c == '-') {
-      // An operator only when it stands alone between spaces.
-      const bool alone = (i == 0 || s[i - 1] == ' ') && (i + 1 == s.size() || s[i + 1] == ' ');
-      out.push_back(alone ? Tok{Tok::Op, {}, c} : Tok{Tok::Word, {}, 0});
-      ++i;
-      continue;
-    }
-    if (c == '(') {
-      out.push_back({Tok::LParen, {}, 0});
-      ++i;
-      continue;
-    }
-    if (c == ')') {
-      out.push_back({Tok::RParen, {}, 0});
-      ++i;
-      continue;
-    }
-    if (c == '=') {
-      out.push_back({Tok::Eq, {}, 0});
-      ++i;
-      continue;
-    }
-    // Anything else is a word: consume up to the next space or symbol.
-    size_t j = i + 1;
-    while (j < s.size() && s[j] != ' ' && s[j] != '(' && s[j] != ')' && s[j] != '=') ++j;
-    out.push_back({Tok::Word, {}, 0});
-    i = j;
-  }
-  return out;
-}
-
-// Recursive-descent evaluation of toks[b, e); false if it is not a whole expression.
-class Eval {
- public:
-  Eval(const std::vector<Tok>& t, size_t b, size_t e) : t_(t), i_(b), e_(e) {}
-  bool run(Rational* out) {
-    try {
-      if (!expr(out)) return false;
-      return i_ == e_;
-    } catch (const std::exception&) {
-      return false;
-    }
-  }
-
- private:
-  bool expr(Rational* v) {
-    if (!term(v)) return false;
-    while (i_ < e_ && t_[i_].kind == Tok::Op && (t_[i_].op == '+' || t_[i_].op == '-')) {
-      const char op = t_[i_++].op;
-      Rational r;
-      if (!term(&r)) return false;
-      *v = op == '+' ? *v + r : *v - r;
-    }
-    return true;
-  }
-  bool term(Rational* v) {
-    if (!atom(v)) return false;
-    while (i_ < e_ && t_[i_].kind == Tok::Op && (t_[i_].op == '*' || t_[i_].op == '/')) {
-      const char op = t_[i_++].op;
-      Rational r;
-      if (!atom(&r)) return false;
-      *v = op == '*' ? *v * r : *v / r;
-    }
-    return true;
-  }
-  bool atom(Rational* v) {
-    if (i_ >= e_) return false;
-    if (t_[i_].kind == Tok::Num) {
-      *v = t_[i_++].value;
-      return true;
-    }
-    if (t_[i_].kind == Tok::LParen) {
-      ++i_;
-      if (!expr(v)) return false;
-      if (i_ >= e_ || t_[i_].kind != Tok::RParen) return false;
-      ++i_;
-      return true;
-    }
-    return false;
-  }
-  const std::vector<Tok>& t_;
-  size_t i_, e_;
-};
-
-bool expression_token(const Tok& t) {
-  return t.kind == Tok::Num || t.kind == Tok::Op || t.kind == Tok::LParen || t.kind == Tok::RParen;
-}
-
-}  // namespace
-
-bool verify_equations(std::string_view text, int* count, std::string* bad) {
-  int n = 0;
-  for (const auto line : split_lines(text)) {
-    const auto toks = tokenize_line(line);
-    for (size_t k = 0; k < toks.size(); ++k) {
-      if (toks[k].kind != Tok::Eq) continue;
-      size_t b = k;
-      while (b > 0 && expression_token(toks[b - 1])) --b;
-      size_t e = k + 1;
-      while (e < toks.size() && expression_token(toks[e])) ++e;
-      // The left side may carry unmatched text before it ("Step 2: (3 + 4"); drop leading
-      // tokens until what is left parses.
-      Rational lhs, rhs;
-      bool left_ok = false;
-      for (size_t s = b; s < k && !left_ok; ++s) left_ok = Eval(toks, s, k).run(&lhs);
-      bool right_ok = false;
-      for (size_t f = e; f > k + 1 && !right_ok; --f) right_ok = Eval(toks, k + 1, f).run(&rhs);
-      if (!left_ok || !right_ok) continue;
-      ++n;
-      if (!(lhs == rhs)) {
-        if (bad) *bad = std::string(line);
-        if (count) *count = n;
-        return false;
-      }
-    }
-  }
-  if (count) *count = n;
-  return true;
-}
-
-// ---------------------------------------------------------------------------------------------
-// Generation
-
 namespace {
 
 struct Reject {};  // the drawn numbers do not print exactly; draw again
@@ -332,10 +41,18 @@ struct Num {
   Rational v;
   Fmt f = Fmt::Dec;
 };
-Num I(Rational v) { return {v, Fmt::Int}; }
-Num D(Rational v) { return {v, Fmt::Dec}; }
-Num M(Rational v) { return {v, Fmt::Money}; }
-Num F(Rational v) { return {v, Fmt::Frac}; }
+Num I(Rational v) {
+  return {v, Fmt::Int};
+}
+Num D(Rational v) {
+  return {v, Fmt::Dec};
+}
+Num M(Rational v) {
+  return {v, Fmt::Money};
+}
+Num F(Rational v) {
+  return {v, Fmt::Frac};
+}
 
 struct Person {
   const char* name;
@@ -346,20 +63,26 @@ struct Person {
 
 const std::vector<Person>& people() {
   static const std::vector<Person> p = {
-      {"Ava", "she", "her", "her"},      {"Ben", "he", "him", "his"},      {"Chloe", "she", "her", "her"},
-      {"Daniel", "he", "him", "his"},    {"Elena", "she", "her", "her"},   {"Farid", "he", "him", "his"},
-      {"Grace", "she", "her", "her"},    {"Hiro", "he", "him", "his"},     {"Isla", "she", "her", "her"},
-      {"Jamal", "he", "him", "his"},     {"Keiko", "she", "her", "her"},   {"Liam", "he", "him", "his"},
-      {"Maya", "she", "her", "her"},     {"Noah", "he", "him", "his"},     {"Olivia", "she", "her", "her"},
-      {"Pedro", "he", "him", "his"},     {"Quinn", "she", "her", "her"},   {"Ravi", "he", "him", "his"},
-      {"Sofia", "she", "her", "her"},    {"Tomas", "he", "him", "his"},    {"Uma", "she", "her", "her"},
-      {"Victor", "he", "him", "his"},    {"Wen", "she", "her", "her"},     {"Xavier", "he", "him", "his"},
-      {"Yara", "she", "her", "her"},     {"Zane", "he", "him", "his"},     {"Amara", "she", "her", "her"},
-      {"Bruno", "he", "him", "his"},     {"Carmen", "she", "her", "her"},  {"Dmitri", "he", "him", "his"},
-      {"Fatima", "she", "her", "her"},   {"Gabriel", "he", "him", "his"},  {"Hannah", "she", "her", "her"},
-      {"Ibrahim", "he", "him", "his"},   {"Julia", "she", "her", "her"},   {"Kofi", "he", "him", "his"},
-      {"Lucia", "she", "her", "her"},    {"Mateo", "he", "him", "his"},    {"Nadia", "she", "her", "her"},
-      {"Oscar", "he", "him", "his"},
+      {"Ava", "she", "her", "her"},    {"Ben", "he", "him", "his"},
+      {"Chloe", "she", "her", "her"},  {"Daniel", "he", "him", "his"},
+      {"Elena", "she", "her", "her"},  {"Farid", "he", "him", "his"},
+      {"Grace", "she", "her", "her"},  {"Hiro", "he", "him", "his"},
+      {"Isla", "she", "her", "her"},   {"Jamal", "he", "him", "his"},
+      {"Keiko", "she", "her", "her"},  {"Liam", "he", "him", "his"},
+      {"Maya", "she", "her", "her"},   {"Noah", "he", "him", "his"},
+      {"Olivia", "she", "her", "her"}, {"Pedro", "he", "him", "his"},
+      {"Quinn", "she", "her", "her"},  {"Ravi", "he", "him", "his"},
+      {"Sofia", "she", "her", "her"},  {"Tomas", "he", "him", "his"},
+      {"Uma", "she", "her", "her"},    {"Victor", "he", "him", "his"},
+      {"Wen", "she", "her", "her"},    {"Xavier", "he", "him", "his"},
+      {"Yara", "she", "her", "her"},   {"Zane", "he", "him", "his"},
+      {"Amara", "she", "her", "her"},  {"Bruno", "he", "him", "his"},
+      {"Carmen", "she", "her", "her"}, {"Dmitri", "he", "him", "his"},
+      {"Fatima", "she", "her", "her"}, {"Gabriel", "he", "him", "his"},
+      {"Hannah", "she", "her", "her"}, {"Ibrahim", "he", "him", "his"},
+      {"Julia", "she", "her", "her"},  {"Kofi", "he", "him", "his"},
+      {"Lucia", "she", "her", "her"},  {"Mateo", "he", "him", "his"},
+      {"Nadia", "she", "her", "her"},  {"Oscar", "he", "him", "his"},
   };
   return p;
 }
@@ -367,8 +90,8 @@ const std::vector<Person>& people() {
 // "a office" -> "an office".
 std::string a_an(const std::string& word) {
   const char c = word.empty() ? 'x' : word[0];
-  const bool vowel = c == 'a' || c == 'e' || c == 'i' || c == 'o' || c == 'u' || c == 'A' || c == 'E' ||
-                     c == 'I' || c == 'O' || c == 'U';
+  const bool vowel = c == 'a' || c == 'e' || c == 'i' || c == 'o' || c == 'u' || c == 'A' ||
+                     c == 'E' || c == 'I' || c == 'O' || c == 'U';
   return (vowel ? "an " : "a ") + word;
 }
 
@@ -383,11 +106,15 @@ struct Countable {
 };
 const std::vector<Countable>& countables() {
   static const std::vector<Countable> c = {
-      {"marble", "marbles"}, {"sticker", "stickers"}, {"apple", "apples"},     {"book", "books"},
-      {"pencil", "pencils"}, {"trading card", "trading cards"}, {"seashell", "seashells"},
-      {"stamp", "stamps"},   {"cookie", "cookies"},   {"coin", "coins"},       {"balloon", "balloons"},
-      {"toy car", "toy cars"}, {"comic book", "comic books"}, {"bead", "beads"}, {"flower", "flowers"},
-      {"crayon", "crayons"}, {"button", "buttons"},   {"postcard", "postcards"},
+      {"marble", "marbles"},         {"sticker", "stickers"},
+      {"apple", "apples"},           {"book", "books"},
+      {"pencil", "pencils"},         {"trading card", "trading cards"},
+      {"seashell", "seashells"},     {"stamp", "stamps"},
+      {"cookie", "cookies"},         {"coin", "coins"},
+      {"balloon", "balloons"},       {"toy car", "toy cars"},
+      {"comic book", "comic books"}, {"bead", "beads"},
+      {"flower", "flowers"},         {"crayon", "crayons"},
+      {"button", "buttons"},         {"postcard", "postcards"},
   };
   return c;
 }
@@ -399,14 +126,22 @@ struct ShopItem {
 };
 const std::vector<ShopItem>& shop_items() {
   static const std::vector<ShopItem> s = {
-      {"notebook", "notebooks", 120, 480},   {"pen", "pens", 60, 250},
-      {"sandwich", "sandwiches", 350, 950},  {"apple", "apples", 35, 120},
-      {"loaf of bread", "loaves of bread", 180, 520}, {"bottle of juice", "bottles of juice", 110, 390},
-      {"T-shirt", "T-shirts", 800, 2500},    {"ticket", "tickets", 450, 1800},
-      {"bag of rice", "bags of rice", 190, 890}, {"box of crayons", "boxes of crayons", 140, 460},
-      {"cup of coffee", "cups of coffee", 180, 560}, {"bunch of bananas", "bunches of bananas", 99, 349},
-      {"paperback", "paperbacks", 499, 1499}, {"light bulb", "light bulbs", 125, 675},
-      {"jar of honey", "jars of honey", 350, 990}, {"pack of batteries", "packs of batteries", 299, 899},
+      {"notebook", "notebooks", 120, 480},
+      {"pen", "pens", 60, 250},
+      {"sandwich", "sandwiches", 350, 950},
+      {"apple", "apples", 35, 120},
+      {"loaf of bread", "loaves of bread", 180, 520},
+      {"bottle of juice", "bottles of juice", 110, 390},
+      {"T-shirt", "T-shirts", 800, 2500},
+      {"ticket", "tickets", 450, 1800},
+      {"bag of rice", "bags of rice", 190, 890},
+      {"box of crayons", "boxes of crayons", 140, 460},
+      {"cup of coffee", "cups of coffee", 180, 560},
+      {"bunch of bananas", "bunches of bananas", 99, 349},
+      {"paperback", "paperbacks", 499, 1499},
+      {"light bulb", "light bulbs", 125, 675},
+      {"jar of honey", "jars of honey", 350, 990},
+      {"pack of batteries", "packs of batteries", 299, 899},
   };
   return s;
 }
@@ -416,8 +151,8 @@ class Work {
  public:
   // Writes "<label><x0> op <x1> ... = <result><unit>." and returns the result. `ops` uses + - * /
   // and must be all additive or all multiplicative, so left-to-right order is the usual order.
-  Rational calc(const std::string& label, const std::vector<Num>& xs, const std::string& ops, Fmt rf,
-                const std::string& unit = "") {
+  Rational calc(const std::string& label, const std::vector<Num>& xs, const std::string& ops,
+                Fmt rf, const std::string& unit = "") {
     if (xs.size() != ops.size() + 1) throw std::logic_error("calc: operand/operator count");
     bool add = false, mul = false;
     for (const char o : ops) (o == '+' || o == '-' ? add : mul) = true;
@@ -427,11 +162,24 @@ class Work {
     for (size_t i = 0; i < ops.size(); ++i) {
       const Rational x = xs[i + 1].v;
       switch (ops[i]) {
-        case '+': v = v + x; s += " + "; break;
-        case '-': v = v - x; s += " - "; break;
-        case '*': v = v * x; s += " × "; break;
-        case '/': v = v / x; s += " ÷ "; break;
-        default: throw std::logic_error("calc: operator");
+        case '+':
+          v = v + x;
+          s += " + ";
+          break;
+        case '-':
+          v = v - x;
+          s += " - ";
+          break;
+        case '*':
+          v = v * x;
+          s += " × ";
+          break;
+        case '/':
+          v = v / x;
+          s += " ÷ ";
+          break;
+        default:
+          throw std::logic_error("calc: operator");
       }
       s += show(x, xs[i + 1].f);
     }
@@ -459,8 +207,12 @@ struct Ctx {
   Fmt fmt = Fmt::Dec;  // how the answer prints
   int64_t r(int64_t lo, int64_t hi) { return rng.range(lo, hi); }
   template <class T>
-  const T& pick(const std::vector<T>& v) { return rng.pick(v); }
-  const char* pick(std::initializer_list<const char*> v) { return *(v.begin() + rng.below(v.size())); }
+  const T& pick(const std::vector<T>& v) {
+    return rng.pick(v);
+  }
+  const char* pick(std::initializer_list<const char*> v) {
+    return *(v.begin() + rng.below(v.size()));
+  }
   Rational param(const std::string& name, Rational v) {
     p.params.emplace_back(name, v);
     return v;
@@ -484,11 +236,12 @@ std::pair<Rational, Rational> t_add_sub(Ctx& c) {
   const Rational give = c.param("give", c.r(2, start.n - 3));
   const Rational more = c.param("more", c.r(3, 60));
   const std::string verb = c.pick({"buys", "finds", "is given", "wins"});
-  c.p.question = std::string(a.name) + " has " + show(start, Fmt::Int) + " " + it.many + ". " + cap(a.subj) +
-                 " gives " + show(give, Fmt::Int) + " of them to " + b.name + " and then " + verb + " " +
-                 show(more, Fmt::Int) + " more. " +
+  c.p.question = std::string(a.name) + " has " + show(start, Fmt::Int) + " " + it.many + ". " +
+                 cap(a.subj) + " gives " + show(give, Fmt::Int) + " of them to " + b.name +
+                 " and then " + verb + " " + show(more, Fmt::Int) + " more. " +
                  c.pick({"How many ", "How many "}) + it.many + " does " + a.name + " have now?";
-  const Rational left = c.w.calc("After giving some away: ", {I(start), I(give)}, "-", Fmt::Int, it.many);
+  const Rational left =
+      c.w.calc("After giving some away: ", {I(start), I(give)}, "-", Fmt::Int, it.many);
   const Rational now = c.w.calc("After getting more: ", {I(left), I(more)}, "+", Fmt::Int, it.many);
   return {now, start - give + more};
 }
@@ -500,11 +253,14 @@ std::pair<Rational, Rational> t_groups(Ctx& c) {
   const Rational per = c.param("per_box", c.r(4, 36));
   const Rational away = c.param("given_away", c.r(1, boxes.n * per.n - 1));
   const std::string container = c.pick({"boxes", "bags", "jars", "crates"});
-  c.p.question = std::string(a.name) + " has " + show(boxes, Fmt::Int) + " " + container + " with " +
-                 show(per, Fmt::Int) + " " + it.many + " in each. " + cap(a.subj) + " gives away " +
-                 show(away, Fmt::Int) + " " + it.many + ". How many " + it.many + " are left?";
-  const Rational total = c.w.calc("Total at the start: ", {I(boxes), I(per)}, "*", Fmt::Int, it.many);
-  const Rational left = c.w.calc("Left after giving some away: ", {I(total), I(away)}, "-", Fmt::Int, it.many);
+  c.p.question = std::string(a.name) + " has " + show(boxes, Fmt::Int) + " " + container +
+                 " with " + show(per, Fmt::Int) + " " + it.many + " in each. " + cap(a.subj) +
+                 " gives away " + show(away, Fmt::Int) + " " + it.many + ". How many " + it.many +
+                 " are left?";
+  const Rational total =
+      c.w.calc("Total at the start: ", {I(boxes), I(per)}, "*", Fmt::Int, it.many);
+  const Rational left =
+      c.w.calc("Left after giving some away: ", {I(total), I(away)}, "-", Fmt::Int, it.many);
   return {left, boxes * per - away};
 }
 
@@ -516,11 +272,13 @@ std::pair<Rational, Rational> t_sharing(Ctx& c) {
   const Rational kept = c.param("kept", c.r(1, 15));
   const Rational total = friends * each + kept;
   c.param("total", total);
-  c.p.question = std::string(a.name) + " has " + show(total, Fmt::Int) + " " + it.many + ". " + cap(a.subj) +
-                 " keeps " + show(kept, Fmt::Int) + " for " + a.obj + "self and shares the rest equally among " + show(friends, Fmt::Int) +
+  c.p.question = std::string(a.name) + " has " + show(total, Fmt::Int) + " " + it.many + ". " +
+                 cap(a.subj) + " keeps " + show(kept, Fmt::Int) + " for " + a.obj +
+                 "self and shares the rest equally among " + show(friends, Fmt::Int) +
                  " friends. How many " + it.many + " does each friend get?";
   const Rational rest = c.w.calc("To share: ", {I(total), I(kept)}, "-", Fmt::Int, it.many);
-  const Rational got = c.w.calc("Each friend gets: ", {I(rest), I(friends)}, "/", Fmt::Int, it.many);
+  const Rational got =
+      c.w.calc("Each friend gets: ", {I(rest), I(friends)}, "/", Fmt::Int, it.many);
   return {got, (total - kept) / friends};
 }
 
@@ -545,13 +303,13 @@ std::pair<Rational, Rational> t_shopping_change(Ctx& c) {
   c.param("paid", bill);
   const std::string y_name = q2 == Rational(1) ? y->one : y->many;
   c.fmt = Fmt::Money;
-  c.p.question = std::string(a.name) + " buys " + show(q1, Fmt::Int) + " " + x.many + " at " + show(p1, Fmt::Money) +
-                 " each and " + show(q2, Fmt::Int) + " " + y_name +
-                 " at " + show(p2, Fmt::Money) + " each. " + cap(a.subj) + " pays with a " + show(bill, Fmt::Money) +
-                 " bill. How much change does " + a.subj + " get?";
-  const Rational c1 = c.w.calc(std::string("Cost of the ") + x.many + ": ", {I(q1), M(p1)}, "*", Fmt::Money);
-  const Rational c2 = c.w.calc("Cost of the " + y_name + ": ",
-                               {I(q2), M(p2)}, "*", Fmt::Money);
+  c.p.question = std::string(a.name) + " buys " + show(q1, Fmt::Int) + " " + x.many + " at " +
+                 show(p1, Fmt::Money) + " each and " + show(q2, Fmt::Int) + " " + y_name + " at " +
+                 show(p2, Fmt::Money) + " each. " + cap(a.subj) + " pays with a " +
+                 show(bill, Fmt::Money) + " bill. How much change does " + a.subj + " get?";
+  const Rational c1 =
+      c.w.calc(std::string("Cost of the ") + x.many + ": ", {I(q1), M(p1)}, "*", Fmt::Money);
+  const Rational c2 = c.w.calc("Cost of the " + y_name + ": ", {I(q2), M(p2)}, "*", Fmt::Money);
   const Rational t = c.w.calc("Total cost: ", {M(c1), M(c2)}, "+", Fmt::Money);
   const Rational change = c.w.calc("Change: ", {M(bill), M(t)}, "-", Fmt::Money);
   return {change, bill - (q1 * p1 + q2 * p2)};
@@ -561,9 +319,10 @@ std::pair<Rational, Rational> t_discount(Ctx& c) {
   c.fmt = Fmt::Money;
   const ShopItem& x = c.pick(shop_items());
   const Rational price = c.param("price", Rational::cents(c.r(x.lo, x.hi) * c.r(1, 4)));
-  const Rational pct = c.param("percent_off", c.pick(std::vector<int64_t>{5, 10, 15, 20, 25, 30, 40, 50}));
-  c.p.question = cap(a_an(x.one)) + " normally costs " + show(price, Fmt::Money) + ". It is on sale for " +
-                 show(pct, Fmt::Int) + "% off. " +
+  const Rational pct =
+      c.param("percent_off", c.pick(std::vector<int64_t>{5, 10, 15, 20, 25, 30, 40, 50}));
+  c.p.question = cap(a_an(x.one)) + " normally costs " + show(price, Fmt::Money) +
+                 ". It is on sale for " + show(pct, Fmt::Int) + "% off. " +
                  c.pick({"What is the sale price?", "How much does it cost during the sale?"});
   const Rational off = c.w.calc("Discount: ", {M(price), I(pct), I(100)}, "*/", Fmt::Money);
   const Rational sale = c.w.calc("Sale price: ", {M(price), M(off)}, "-", Fmt::Money);
@@ -577,8 +336,9 @@ std::pair<Rational, Rational> t_tax_total(Ctx& c) {
   const Rational n = c.param("qty", c.r(2, 12));
   const Rational price = c.param("price", Rational::cents(c.r(x.lo, x.hi)));
   const Rational tax = c.param("tax_percent", c.pick(std::vector<int64_t>{4, 5, 6, 8, 10, 20}));
-  c.p.question = std::string(a.name) + " buys " + show(n, Fmt::Int) + " " + x.many + " for " + show(price, Fmt::Money) +
-                 " each. Sales tax is " + show(tax, Fmt::Int) + "%. What is the total including tax?";
+  c.p.question = std::string(a.name) + " buys " + show(n, Fmt::Int) + " " + x.many + " for " +
+                 show(price, Fmt::Money) + " each. Sales tax is " + show(tax, Fmt::Int) +
+                 "%. What is the total including tax?";
   const Rational sub = c.w.calc("Before tax: ", {I(n), M(price)}, "*", Fmt::Money);
   const Rational t = c.w.calc("Tax: ", {M(sub), I(tax), I(100)}, "*/", Fmt::Money);
   const Rational total = c.w.calc("Total: ", {M(sub), M(t)}, "+", Fmt::Money);
@@ -596,9 +356,12 @@ std::pair<Rational, Rational> t_unit_rate(Ctx& c) {
   while (q2 == q1);
   c.param("qty2", q2);
   c.p.question = show(q1, Fmt::Int) + " " + x.many + " cost " + show(cost1, Fmt::Money) +
-                 ". At the same price per item, how much do " + show(q2, Fmt::Int) + " " + x.many + " cost?";
-  const Rational u = c.w.calc(std::string("Price of one ") + x.one + ": ", {M(cost1), I(q1)}, "/", Fmt::Money);
-  const Rational t = c.w.calc(std::string("Price of ") + show(q2, Fmt::Int) + ": ", {M(u), I(q2)}, "*", Fmt::Money);
+                 ". At the same price per item, how much do " + show(q2, Fmt::Int) + " " + x.many +
+                 " cost?";
+  const Rational u =
+      c.w.calc(std::string("Price of one ") + x.one + ": ", {M(cost1), I(q1)}, "/", Fmt::Money);
+  const Rational t = c.w.calc(std::string("Price of ") + show(q2, Fmt::Int) + ": ", {M(u), I(q2)},
+                              "*", Fmt::Money);
   return {t, cost1 * q2 / q1};
 }
 
@@ -610,7 +373,8 @@ std::pair<Rational, Rational> t_distance(Ctx& c) {
   c.p.question = cap(a_an(vehicle)) + " travels at " + show(speed, Fmt::Int) + " km/h for " +
                  show(hours, Fmt::Dec) + " hours, then another " + show(extra, Fmt::Int) +
                  " km. How many kilometres does it travel in total?";
-  const Rational d1 = c.w.calc("Distance at constant speed (speed × time): ", {I(speed), D(hours)}, "*", Fmt::Dec, "km");
+  const Rational d1 = c.w.calc("Distance at constant speed (speed × time): ", {I(speed), D(hours)},
+                               "*", Fmt::Dec, "km");
   const Rational d = c.w.calc("Total distance: ", {D(d1), I(extra)}, "+", Fmt::Dec, "km");
   return {d, speed * hours + extra};
 }
@@ -621,27 +385,31 @@ std::pair<Rational, Rational> t_average_speed(Ctx& c) {
   const Rational t1 = c.param("hours1", c.r(1, 4));
   const Rational v2 = c.param("speed2", c.r(6, 20) * 5);
   const Rational t2 = c.param("hours2", c.r(1, 4));
-  c.p.question = std::string(a.name) + " drives at " + show(v1, Fmt::Int) + " km/h for " + show(t1, Fmt::Int) +
-                 (t1 == Rational(1) ? " hour" : " hours") + " and then at " + show(v2, Fmt::Int) + " km/h for " +
-                 show(t2, Fmt::Int) + (t2 == Rational(1) ? " hour" : " hours") +
-                 ". What is " + a.poss + " average speed for the whole trip, in km/h?";
+  c.p.question = std::string(a.name) + " drives at " + show(v1, Fmt::Int) + " km/h for " +
+                 show(t1, Fmt::Int) + (t1 == Rational(1) ? " hour" : " hours") + " and then at " +
+                 show(v2, Fmt::Int) + " km/h for " + show(t2, Fmt::Int) +
+                 (t2 == Rational(1) ? " hour" : " hours") + ". What is " + a.poss +
+                 " average speed for the whole trip, in km/h?";
   const Rational d1 = c.w.calc("First part: ", {I(v1), I(t1)}, "*", Fmt::Dec, "km");
   const Rational d2 = c.w.calc("Second part: ", {I(v2), I(t2)}, "*", Fmt::Dec, "km");
   const Rational d = c.w.calc("Total distance: ", {D(d1), D(d2)}, "+", Fmt::Dec, "km");
   const Rational t = c.w.calc("Total time: ", {I(t1), I(t2)}, "+", Fmt::Dec, "hours");
-  const Rational avg = c.w.calc("Average speed (distance ÷ time): ", {D(d), D(t)}, "/", Fmt::Dec, "km/h");
+  const Rational avg =
+      c.w.calc("Average speed (distance ÷ time): ", {D(d), D(t)}, "/", Fmt::Dec, "km/h");
   return {avg, (v1 * t1 + v2 * t2) / (t1 + t2)};
 }
 
 std::pair<Rational, Rational> t_travel_time(Ctx& c) {
-  const char* who = c.pick({"A train", "A bus", "A boat", "A cyclist", "A hiker", "A delivery van"});
+  const char* who =
+      c.pick({"A train", "A bus", "A boat", "A cyclist", "A hiker", "A delivery van"});
   const Rational speed = c.param("speed", c.r(2, 24) * 5);
   const Rational minutes = c.r(3, 30) * 10;
   const Rational dist = c.param("distance", speed * minutes / 60);
   if (!dist.is_integer()) throw Reject{};
-  c.p.question = std::string(who) + " covers " + show(dist, Fmt::Int) + " km at a steady " + show(speed, Fmt::Int) +
-                 " km/h. How many minutes does the journey take?";
-  const Rational h = c.w.calc("Time in hours (distance ÷ speed): ", {I(dist), I(speed)}, "/", Fmt::Dec, "hours");
+  c.p.question = std::string(who) + " covers " + show(dist, Fmt::Int) + " km at a steady " +
+                 show(speed, Fmt::Int) + " km/h. How many minutes does the journey take?";
+  const Rational h =
+      c.w.calc("Time in hours (distance ÷ speed): ", {I(dist), I(speed)}, "/", Fmt::Dec, "hours");
   const Rational m = c.w.calc("Time in minutes: ", {D(h), I(60)}, "*", Fmt::Int, "minutes");
   return {m, dist * 60 / speed};
 }
@@ -652,8 +420,9 @@ std::pair<Rational, Rational> t_work_rate(Ctx& c) {
   const Rational r2 = c.param("rate2", c.r(4, 30) * 5);
   const Rational hours = c.r(2, 12);
   const Rational n = c.param("total", (r1 + r2) * hours);
-  c.p.question = std::string("One machine makes ") + show(r1, Fmt::Int) + " " + thing + " per hour and another makes " +
-                 show(r2, Fmt::Int) + " " + thing + " per hour. Working together, how many hours do they need to make " +
+  c.p.question = std::string("One machine makes ") + show(r1, Fmt::Int) + " " + thing +
+                 " per hour and another makes " + show(r2, Fmt::Int) + " " + thing +
+                 " per hour. Working together, how many hours do they need to make " +
                  show(n, Fmt::Int) + " " + thing + "?";
   const Rational r = c.w.calc("Together per hour: ", {I(r1), I(r2)}, "+", Fmt::Int, thing);
   const Rational h = c.w.calc("Hours needed: ", {I(n), I(r)}, "/", Fmt::Dec, "hours");
@@ -666,7 +435,8 @@ std::pair<Rational, Rational> t_percent_of(Ctx& c) {
   };
   static const std::vector<Group> groups = {
       {"students in a school", "walk to school", "come by bus", "come by bus"},
-      {"people at a concert", "bought their tickets online", "bought them at the door", "bought tickets at the door"},
+      {"people at a concert", "bought their tickets online", "bought them at the door",
+       "bought tickets at the door"},
       {"trees in a park", "are oaks", "are other kinds of tree", "are not oaks"},
       {"books in a library", "are novels", "are non-fiction", "are non-fiction"},
       {"members of a club", "are juniors", "are seniors", "are seniors"},
@@ -677,9 +447,11 @@ std::pair<Rational, Rational> t_percent_of(Ctx& c) {
   const Rational pct = c.param("percent", c.r(1, 19) * 5);
   const Rational part = n * pct / 100;
   if (!part.is_integer()) throw Reject{};
-  c.p.question = std::string("There are ") + show(n, Fmt::Int) + " " + g.who + ". " + show(pct, Fmt::Int) +
-                 "% of them " + g.first + " and the rest " + g.second + ". How many " + g.second_q + "?";
-  const Rational first = c.w.calc(std::string("Those who ") + g.first + ": ", {I(n), I(pct), I(100)}, "*/", Fmt::Int);
+  c.p.question = std::string("There are ") + show(n, Fmt::Int) + " " + g.who + ". " +
+                 show(pct, Fmt::Int) + "% of them " + g.first + " and the rest " + g.second +
+                 ". How many " + g.second_q + "?";
+  const Rational first =
+      c.w.calc(std::string("Those who ") + g.first + ": ", {I(n), I(pct), I(100)}, "*/", Fmt::Int);
   const Rational second = c.w.calc("The rest: ", {I(n), I(first)}, "-", Fmt::Int);
   return {second, n * (Rational(100) - pct) / 100};
 }
@@ -692,10 +464,12 @@ std::pair<Rational, Rational> t_percent_change(Ctx& c) {
   const Rational after = before * (Rational(100) + pct) / 100;
   if (!after.is_integer()) throw Reject{};
   c.param("after", after);
-  c.p.question = std::string("Last year ") + what + " was " + show(before, Fmt::Int) + "; this year it is " +
-                 show(after, Fmt::Int) + ". By what percentage did it increase?";
+  c.p.question = std::string("Last year ") + what + " was " + show(before, Fmt::Int) +
+                 "; this year it is " + show(after, Fmt::Int) +
+                 ". By what percentage did it increase?";
   const Rational diff = c.w.calc("Increase: ", {I(after), I(before)}, "-", Fmt::Int);
-  const Rational pc = c.w.calc("As a percentage of the old value: ", {I(diff), I(before), I(100)}, "/*", Fmt::Dec, "%");
+  const Rational pc = c.w.calc("As a percentage of the old value: ", {I(diff), I(before), I(100)},
+                               "/*", Fmt::Dec, "%");
   return {pc, (after - before) * 100 / before};
 }
 
@@ -705,27 +479,32 @@ std::pair<Rational, Rational> t_ages_multiple(Ctx& c) {
   const Rational young = c.r(2, 14);
   const Rational years = c.param("years", c.r(2, 10));
   const Rational sum = c.param("sum_later", young * m + young + 2 * years);
-  c.p.question = std::string(a.name) + " is " + show(m, Fmt::Int) + " times as old as " + b.name + ". In " +
-                 show(years, Fmt::Int) + " years, the sum of their ages will be " + show(sum, Fmt::Int) +
-                 ". How old is " + b.name + " now?";
-  c.w.say(std::string("Let ") + b.name + "'s age now be x; then " + a.name + " is " + show(m, Fmt::Int) + "x.");
+  c.p.question = std::string(a.name) + " is " + show(m, Fmt::Int) + " times as old as " + b.name +
+                 ". In " + show(years, Fmt::Int) + " years, the sum of their ages will be " +
+                 show(sum, Fmt::Int) + ". How old is " + b.name + " now?";
+  c.w.say(std::string("Let ") + b.name + "'s age now be x; then " + a.name + " is " +
+          show(m, Fmt::Int) + "x.");
   const Rational parts = c.w.calc("Together they are ", {I(m), I(1)}, "+", Fmt::Int, "times x now");
-  const Rational added = c.w.calc("In the future each is older, adding ", {I(years), I(years)}, "+", Fmt::Int, "years");
+  const Rational added = c.w.calc("In the future each is older, adding ", {I(years), I(years)}, "+",
+                                  Fmt::Int, "years");
   const Rational rest = c.w.calc("So the ages now sum to ", {I(sum), I(added)}, "-", Fmt::Int);
-  const Rational x = c.w.calc(std::string(b.name) + "'s age: ", {I(rest), I(parts)}, "/", Fmt::Int, "years");
+  const Rational x =
+      c.w.calc(std::string(b.name) + "'s age: ", {I(rest), I(parts)}, "/", Fmt::Int, "years");
   return {x, (sum - 2 * years) / (m + 1)};
 }
 
 std::pair<Rational, Rational> t_ages_difference(Ctx& c) {
-  const char* pair = c.pick({"A mother and her son", "A father and his daughter", "An aunt and her nephew",
-                             "A grandfather and his grandson"});
+  const char* pair = c.pick({"A mother and her son", "A father and his daughter",
+                             "An aunt and her nephew", "A grandfather and his grandson"});
   const Rational child = c.r(3, 20);
   const Rational years = c.param("years", c.r(2, 15));
   const Rational diff = c.param("difference", child + years);
   c.p.question = std::string(pair) + ": the parent is " + show(diff, Fmt::Int) +
                  " years older than the child. In " + show(years, Fmt::Int) +
                  " years the parent will be twice as old as the child. How old is the parent now?";
-  c.w.say("In the future the parent is twice the child's age, so the age difference equals the child's future age.");
+  c.w.say(
+      "In the future the parent is twice the child's age, so the age difference equals the child's "
+      "future age.");
   c.w.say("Child's age then: " + show(diff, Fmt::Int) + " years.");
   const Rational now = c.w.calc("Child's age now: ", {I(diff), I(years)}, "-", Fmt::Int, "years");
   const Rational parent = c.w.calc("Parent's age now: ", {I(now), I(diff)}, "+", Fmt::Int, "years");
@@ -745,20 +524,23 @@ std::pair<Rational, Rational> t_fraction_add(Ctx& c) {
   c.param("den1", f1.d);
   c.param("num2", f2.n);
   c.param("den2", f2.d);
-  c.p.question = std::string(a.name) + " eats " + show(f1, Fmt::Frac) + " of a " + food + " and " + b.name + " eats " +
-                 show(f2, Fmt::Frac) + " of it. What fraction of the " + food + " is left?";
+  c.p.question = std::string(a.name) + " eats " + show(f1, Fmt::Frac) + " of a " + food + " and " +
+                 b.name + " eats " + show(f2, Fmt::Frac) + " of it. What fraction of the " + food +
+                 " is left?";
   const int64_t l = std::lcm(f1.d, f2.d);
   if (f1.d != l || f2.d != l)
     c.w.say("Use the common denominator " + std::to_string(l) + ": " + show(f1, Fmt::Frac) + " = " +
-          std::to_string(f1.n * (l / f1.d)) + "/" + std::to_string(l) + " and " + show(f2, Fmt::Frac) + " = " +
-          std::to_string(f2.n * (l / f2.d)) + "/" + std::to_string(l) + ".");
+            std::to_string(f1.n * (l / f1.d)) + "/" + std::to_string(l) + " and " +
+            show(f2, Fmt::Frac) + " = " + std::to_string(f2.n * (l / f2.d)) + "/" +
+            std::to_string(l) + ".");
   const Rational eaten = c.w.calc("Eaten: ", {F(f1), F(f2)}, "+", Fmt::Frac);
   const Rational left = c.w.calc("Left: ", {I(1), F(eaten)}, "-", Fmt::Frac);
   return {left, Rational(1) - f1 - f2};
 }
 
 std::pair<Rational, Rational> t_fraction_of(Ctx& c) {
-  const char* group = c.pick({"a class", "a choir", "a sports club", "a chess club", "an orchestra"});
+  const char* group =
+      c.pick({"a class", "a choir", "a sports club", "a chess club", "an orchestra"});
   const int64_t q = c.pick(std::vector<int64_t>{3, 4, 5, 6, 8});
   const int64_t p = c.r(1, q - 1);
   const Rational f(p, q);
@@ -788,7 +570,8 @@ std::pair<Rational, Rational> t_average(Ctx& c) {
   if (decimal_places(sum / k, 2) < 0) throw Reject{};
   c.p.question = std::string(a.name) + " scored " + list + " on " + std::to_string(k) +
                  " tests. What is " + a.poss + " average score?";
-  const Rational total = c.w.calc("Sum of the scores: ", xs, std::string(size_t(k - 1), '+'), Fmt::Int);
+  const Rational total =
+      c.w.calc("Sum of the scores: ", xs, std::string(size_t(k - 1), '+'), Fmt::Int);
   const Rational avg = c.w.calc("Average: ", {I(total), I(k)}, "/", Fmt::Dec);
   Rational closed = 0;
   for (const auto& [name, v] : c.p.params) closed = closed + v;
@@ -801,8 +584,9 @@ std::pair<Rational, Rational> t_fence(Ctx& c) {
   const Rational len = c.param("length", Rational(c.r(8, 60), 2));
   const Rational wid = c.param("width", Rational(c.r(6, 40), 2));
   const Rational cost = c.param("cost_per_m", Rational::cents(c.r(2, 30) * 25));
-  c.p.question = "A rectangular " + std::string(place) + " is " + show(len, Fmt::Dec) + " m long and " +
-                 show(wid, Fmt::Dec) + " m wide. Fencing costs " + show(cost, Fmt::Money) +
+  c.p.question = "A rectangular " + std::string(place) + " is " + show(len, Fmt::Dec) +
+                 " m long and " + show(wid, Fmt::Dec) + " m wide. Fencing costs " +
+                 show(cost, Fmt::Money) +
                  " per metre. How much does it cost to fence all the way around?";
   const Rational half = c.w.calc("Length plus width: ", {D(len), D(wid)}, "+", Fmt::Dec, "m");
   const Rational per = c.w.calc("Perimeter: ", {I(2), D(half)}, "*", Fmt::Dec, "m");
@@ -816,8 +600,8 @@ std::pair<Rational, Rational> t_carpet(Ctx& c) {
   const Rational len = c.param("length", c.r(3, 12));
   const Rational wid = c.param("width", c.r(2, 9));
   const Rational price = c.param("price_per_m2", Rational::cents(c.r(8, 60) * 50));
-  c.p.question = cap(a_an(room)) + " measures " + show(len, Fmt::Int) + " m by " + show(wid, Fmt::Int) +
-                 " m. Carpet costs " + show(price, Fmt::Money) +
+  c.p.question = cap(a_an(room)) + " measures " + show(len, Fmt::Int) + " m by " +
+                 show(wid, Fmt::Int) + " m. Carpet costs " + show(price, Fmt::Money) +
                  " per square metre. How much does carpet for the whole floor cost?";
   const Rational area = c.w.calc("Floor area: ", {I(len), I(wid)}, "*", Fmt::Int, "square metres");
   const Rational total = c.w.calc("Cost: ", {I(area), M(price)}, "*", Fmt::Money);
@@ -834,12 +618,13 @@ std::pair<Rational, Rational> t_ratio(Ctx& c) {
   const Rational unit = c.r(2, 30);
   const Rational total = c.param("total", (ra + rb) * unit);
   const char* what = c.pick({"dollars", "stickers", "points", "marbles", "euros"});
-  c.p.question = std::string(a.name) + " and " + b.name + " share " + show(total, Fmt::Int) + " " + what +
-                 " in the ratio " + show(ra, Fmt::Int) + ":" + show(rb, Fmt::Int) + ". How many " + what +
-                 " does " + b.name + " get?";
+  c.p.question = std::string(a.name) + " and " + b.name + " share " + show(total, Fmt::Int) + " " +
+                 what + " in the ratio " + show(ra, Fmt::Int) + ":" + show(rb, Fmt::Int) +
+                 ". How many " + what + " does " + b.name + " get?";
   const Rational parts = c.w.calc("Total parts: ", {I(ra), I(rb)}, "+", Fmt::Int);
   const Rational one = c.w.calc("One part: ", {I(total), I(parts)}, "/", Fmt::Int, what);
-  const Rational share = c.w.calc(std::string(b.name) + "'s share: ", {I(one), I(rb)}, "*", Fmt::Int, what);
+  const Rational share =
+      c.w.calc(std::string(b.name) + "'s share: ", {I(one), I(rb)}, "*", Fmt::Int, what);
   return {share, total * rb / (ra + rb)};
 }
 
@@ -849,11 +634,14 @@ std::pair<Rational, Rational> t_interest(Ctx& c) {
   const Rational principal = c.param("principal", c.r(2, 80) * 100);
   const Rational rate = c.param("rate_percent", c.pick(std::vector<int64_t>{2, 3, 4, 5, 6, 8}));
   const Rational years = c.param("years", c.r(2, 6));
-  c.p.question = std::string(a.name) + " deposits " + show(principal, Fmt::Money) + " in an account that pays " +
-                 show(rate, Fmt::Int) + "% simple interest per year. How much is in the account after " +
+  c.p.question = std::string(a.name) + " deposits " + show(principal, Fmt::Money) +
+                 " in an account that pays " + show(rate, Fmt::Int) +
+                 "% simple interest per year. How much is in the account after " +
                  show(years, Fmt::Int) + " years?";
-  const Rational yearly = c.w.calc("Interest per year: ", {M(principal), I(rate), I(100)}, "*/", Fmt::Money);
-  const Rational interest = c.w.calc("Interest over all the years: ", {M(yearly), I(years)}, "*", Fmt::Money);
+  const Rational yearly =
+      c.w.calc("Interest per year: ", {M(principal), I(rate), I(100)}, "*/", Fmt::Money);
+  const Rational interest =
+      c.w.calc("Interest over all the years: ", {M(yearly), I(years)}, "*", Fmt::Money);
   const Rational total = c.w.calc("Balance: ", {M(principal), M(interest)}, "+", Fmt::Money);
   return {total, principal * (Rational(1) + rate * years / 100)};
 }
@@ -871,31 +659,36 @@ std::pair<Rational, Rational> t_consecutive(Ctx& c) {
 }
 
 std::pair<Rational, Rational> t_time_convert(Ctx& c) {
-  const char* what = c.pick({"A film", "A football match", "A flight", "A concert", "A board game session"});
+  const char* what =
+      c.pick({"A film", "A football match", "A flight", "A concert", "A board game session"});
   const Rational h = c.param("hours", c.r(1, 4));
   const Rational m = c.param("minutes", c.r(1, 59));
   const Rational break_min = c.param("break_minutes", c.r(0, 3) * 5);
-  c.p.question = std::string(what) + " lasts " + show(h, Fmt::Int) + (h == Rational(1) ? " hour and " : " hours and ") +
-                 show(m, Fmt::Int) + " minutes" +
-                 (break_min == Rational(0) ? std::string()
-                                           : ", plus a break of " + show(break_min, Fmt::Int) + " minutes") +
-                 ". How many minutes is that in total?";
+  c.p.question =
+      std::string(what) + " lasts " + show(h, Fmt::Int) +
+      (h == Rational(1) ? " hour and " : " hours and ") + show(m, Fmt::Int) + " minutes" +
+      (break_min == Rational(0) ? std::string()
+                                : ", plus a break of " + show(break_min, Fmt::Int) + " minutes") +
+      ". How many minutes is that in total?";
   const Rational hm = c.w.calc("Hours in minutes: ", {I(h), I(60)}, "*", Fmt::Int, "minutes");
   Rational total = c.w.calc("Adding the minutes: ", {I(hm), I(m)}, "+", Fmt::Int, "minutes");
-  if (!(break_min == Rational(0))) total = c.w.calc("With the break: ", {I(total), I(break_min)}, "+", Fmt::Int, "minutes");
+  if (!(break_min == Rational(0)))
+    total = c.w.calc("With the break: ", {I(total), I(break_min)}, "+", Fmt::Int, "minutes");
   return {total, h * 60 + m + break_min};
 }
 
 std::pair<Rational, Rational> t_savings(Ctx& c) {
   const Person& a = c.pick(people());
-  const char* item = c.pick({"bicycle", "guitar", "tablet", "pair of skates", "telescope", "camera"});
+  const char* item =
+      c.pick({"bicycle", "guitar", "tablet", "pair of skates", "telescope", "camera"});
   const Rational weekly = c.param("weekly", c.r(2, 25) * 5);
   const Rational weeks = c.r(2, 30);
   const Rational have = c.param("saved", c.r(0, 20) * 5);
   const Rational price = c.param("price", weekly * weeks + have);
-  c.p.question = std::string(a.name) + " wants a " + item + " that costs " + show(price, Fmt::Money) + ". " +
-                 cap(a.subj) + " has already saved " + show(have, Fmt::Money) + " and saves " +
-                 show(weekly, Fmt::Money) + " every week. How many weeks will it take to have enough?";
+  c.p.question = std::string(a.name) + " wants a " + item + " that costs " +
+                 show(price, Fmt::Money) + ". " + cap(a.subj) + " has already saved " +
+                 show(have, Fmt::Money) + " and saves " + show(weekly, Fmt::Money) +
+                 " every week. How many weeks will it take to have enough?";
   const Rational need = c.w.calc("Still needed: ", {M(price), M(have)}, "-", Fmt::Money);
   const Rational w = c.w.calc("Weeks: ", {M(need), M(weekly)}, "/", Fmt::Int, "weeks");
   return {w, (price - have) / weekly};
@@ -910,8 +703,9 @@ std::pair<Rational, Rational> t_multi_step_bakery(Ctx& c) {
   const Rational unsold = c.param("unsold", c.r(0, 10));
   const Rational price = c.param("price", Rational::cents(c.r(3, 20) * 25));
   if (!(unsold < trays * per)) throw Reject{};
-  c.p.question = std::string(shop) + " bakes " + show(trays, Fmt::Int) + " trays of " + show(per, Fmt::Int) + " " +
-                 thing + ". It sells all but " + show(unsold, Fmt::Int) + " of them at " + show(price, Fmt::Money) +
+  c.p.question = std::string(shop) + " bakes " + show(trays, Fmt::Int) + " trays of " +
+                 show(per, Fmt::Int) + " " + thing + ". It sells all but " +
+                 show(unsold, Fmt::Int) + " of them at " + show(price, Fmt::Money) +
                  " each. How much money does it take in?";
   const Rational made = c.w.calc("Baked: ", {I(trays), I(per)}, "*", Fmt::Int, thing);
   const Rational sold = c.w.calc("Sold: ", {I(made), I(unsold)}, "-", Fmt::Int, thing);
@@ -953,7 +747,9 @@ const std::vector<std::pair<std::string, Template>>& templates() {
 
 }  // namespace
 
-std::string MathProblem::text() const { return "Question: " + question + "\n\nSolution:\n" + solution; }
+std::string MathProblem::text() const {
+  return "Question: " + question + "\n\nSolution:\n" + solution;
+}
 
 Rational MathProblem::param(const std::string& name) const {
   for (const auto& [k, v] : params)
@@ -982,8 +778,9 @@ MathProblem generate_math_problem(uint64_t seed) {
     try {
       const auto [stepwise, closed] = fn(c);
       if (!(stepwise == closed))
-        throw std::logic_error("math template " + kind + ": stepwise answer " + to_string(stepwise) +
-                               " differs from the closed form " + to_string(closed));
+        throw std::logic_error("math template " + kind + ": stepwise answer " +
+                               to_string(stepwise) + " differs from the closed form " +
+                               to_string(closed));
       p.answer = stepwise;
       // Money answers keep their cents ("Answer: 3.50"), fractions print as a/b.
       p.answer_text = show(p.answer, c.fmt);

@@ -26,7 +26,7 @@ resume=()
   --tokenizer "$WORK/tokenizer/tokenizer.json" --data "$WORK/tokens" --out "$WORK/run" \
   --steps "$STEPS" --batch 8 --seq-len 512 --lr 2e-3 --warmup 50 --min-lr-ratio 0.1 \
   --weight-decay 0.1 --clip 1.0 --seed 1234 --threads 2 --precision auto \
-  --eval-every 100 --eval-windows 8 --save-every 100 "${resume[@]}"
+  --eval-every 250 --eval-windows 8 --save-every 250 "${resume[@]}"
 "$BIN/dspark" train eval --model "$WORK/run/model" --data "$WORK/tokens" --split validation --windows 64 \
   > "$WORK/run/validation.json"
 echo "model: $WORK/run/model; validation: $WORK/run/validation.json"

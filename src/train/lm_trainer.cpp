@@ -102,6 +102,7 @@ std::unique_ptr<torch::optim::AdamW> build_optimizer(CausalLM& model, const LmTr
 }
 
 double train_lm(const LmTrainConfig& c) {
+  const double process_start = now_seconds();
   if (c.batch <= 0 || c.accum <= 0 || c.seq_len <= 1 || c.steps <= 0)
     fail("batch, accum, steps must be positive and seq_len > 1");
   if (c.seq_len > c.model.max_position_embeddings)
@@ -183,7 +184,12 @@ double train_lm(const LmTrainConfig& c) {
   progress.finish();
   if (step == c.steps) {
     save_hf(model, (fs::path(c.out) / "model").string(), DType::BF16, c.tokenizer);
-    progress.event({{"event", "done"}, {"step", step}, {"model", (fs::path(c.out) / "model").string()}});
+    // process_s: this process from start-up to the saved model (the whole run when not resumed),
+    // including step 0, evaluations and checkpoints, which the per-step elapsed_s leaves out.
+    progress.event({{"event", "done"},
+                    {"step", step},
+                    {"model", (fs::path(c.out) / "model").string()},
+                    {"process_s", now_seconds() - process_start}});
   }
   return last_loss;
 }

@@ -56,8 +56,11 @@ def main():
     segments.append(seg)
     elapsed = sum(sg[-1]["elapsed_s"] for sg in segments)
     step_tokens = tcfg["batch"] * tcfg["seq_len"]
-    computed = sum(len(sg) for sg in segments) * step_tokens
+    # elapsed_s starts at the end of each segment's first step, so that step is not in `elapsed`.
+    computed = sum(len(sg) - 1 for sg in segments) * step_tokens
     tokens = steps[-1]["tokens"]
+    done = next((e for e in log if e.get("event") == "done"), {})
+    process_s = done.get("process_s") if len(segments) == 1 else None
     tok_s = computed / elapsed
     dts = sorted(b["elapsed_s"] - a["elapsed_s"] for sg in segments for a, b in zip(sg, sg[1:]))
     median_tok_s = step_tokens / dts[len(dts) // 2]
@@ -84,7 +87,11 @@ def main():
              f"- {tcfg['steps']} AdamW steps of {tcfg['batch']} x {T} tokens ({tokens / 1e6:.2f} M tokens), lr {tcfg['lr']} "
              f"with {tcfg['warmup']} warmup steps then cosine to {tcfg['min_lr_ratio']} x, weight decay {tcfg['weight_decay']}, "
              f"clip {tcfg['clip']}, precision {start.get('precision')}, {start.get('threads')} threads.",
-             (f"- Wall time: {elapsed / 3600:.2f} h of training on 2 cores in one uninterrupted run "
+             (f"- Wall time: {process_s / 3600:.2f} h ({process_s:.0f} s) on 2 cores in one uninterrupted run, "
+              f"from the trainer's start to the saved model, {len(evals)} evaluations and the checkpoints "
+              f"included (`process_s` of the `done` event); the training steps alone took {elapsed / 3600:.2f} h, "
+              if process_s is not None else
+              f"- Wall time: {elapsed / 3600:.2f} h of training on 2 cores in one uninterrupted run "
               f"(with {len(evals)} evaluations), "
               if len(segments) == 1 else
               f"- Wall time: {elapsed / 3600:.2f} h of training on 2 cores in {len(segments)} segments "

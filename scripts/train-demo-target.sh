@@ -5,7 +5,7 @@
 #   scripts/train-demo-target.sh [WORK_DIR]     (default: build/demo-target)
 #
 # Every stage reuses its output when it is already complete. The training stage resumes
-# from its latest checkpoint if interrupted. About 2.5 hours on 2 cores.
+# from its latest checkpoint if interrupted. About 2.3-2.5 hours on 2 cores (2.32 h on 2026-12-01).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-target}

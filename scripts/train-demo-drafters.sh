@@ -28,8 +28,9 @@ TAPS=${TAPS:-1,3,4}
 METHODS=${METHODS:-dspark dflash eagle3}
 mkdir -p "$WORK"
 
-# 1. The target answers the corpus' training instructions (T 0.7, top-p 0.8, top-k 20).
-"$BIN/dspark" datagen regenerate --model "$TARGET" --corpus "$CORPUS" --split train --limit "$PROMPTS" \
+# 1. The target answers the corpus' training instructions (T 0.7, top-p 0.8, top-k 20): PROMPTS of them
+#    spread evenly over the split, which the corpus writes grouped by kind.
+"$BIN/dspark" datagen regenerate --model "$TARGET" --corpus "$CORPUS" --split train --sample "$PROMPTS" \
   --out "$WORK/regen.jsonl" --max-tokens 256
 # 2. Its hidden states at the drafters' target layers.
 "$BIN/dspark" datagen hidden --model "$TARGET" --data "$WORK/regen.jsonl" --layers "$TAPS" --out "$WORK/hidden"

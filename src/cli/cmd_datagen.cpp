@@ -53,6 +53,8 @@ int regenerate_cmd(int argc, char** argv) {
       .flag("prompts", "JSONL of {\"prompt\": ...} or {\"turns\": [...]} records (e.g. a corpus' prompts/<domain>.jsonl)")
       .flag("split", "corpus split for --corpus", true, "train")
       .flag("limit", "answer only the first N prompts of the source (counted in total, resumed runs included)")
+      .flag("sample", "answer N prompts spread evenly over the source instead of the first N (the source's "
+                      "kinds in their proportions when it is grouped by kind; deterministic, so a rerun resumes)")
       .flag("max-tokens", "response tokens at most per turn", true, "384")
       .flag("temperature", "sampling temperature (0: greedy)", true, "0.7")
       .flag("top-p", "nucleus sampling mass", true, "0.8")
@@ -101,6 +103,13 @@ int regenerate_cmd(int argc, char** argv) {
   } else {
     prompts = datagen::load_prompt_file(args.str("prompts"));
     source = {{"prompts", abs_path(args.str("prompts"))}};
+  }
+  if (args.on("sample")) {
+    if (args.on("limit")) fail("give at most one of --limit and --sample");
+    const int64_t n = args.integer("sample");
+    if (n < 1) fail("flag --sample must be at least 1, got ", n);
+    prompts = datagen::spread_sample(std::move(prompts), n);
+    source["sample"] = n;  // part of the settings: resuming with another sample is refused
   }
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, LoadOptions{dtype});

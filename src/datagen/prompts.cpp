@@ -96,4 +96,15 @@ std::vector<RegenPrompt> load_prompt_file(const std::string& path) {
   return out;
 }
 
+std::vector<RegenPrompt> spread_sample(std::vector<RegenPrompt> all, int64_t n) {
+  if (n < 1) fail("a prompt sample must hold at least 1 prompt, not ", n);
+  const int64_t size = int64_t(all.size());
+  if (n >= size) return all;
+  std::vector<RegenPrompt> out;
+  out.reserve(size_t(n));
+  // i * size / n in 128 bits: no overflow for any 64-bit sizes.
+  for (int64_t i = 0; i < n; ++i) out.push_back(std::move(all[size_t((__int128)i * size / n)]));
+  return out;
+}
+
 }  // namespace dspark::datagen

@@ -27,4 +27,10 @@ std::vector<RegenPrompt> load_corpus_prompts(const std::string& corpus_dir, cons
 // and optionally "system" (a string). Blank lines are skipped and not counted.
 std::vector<RegenPrompt> load_prompt_file(const std::string& path);
 
+// `n` prompts spread evenly over `all`: all[floor(i * size / n)] for i < n, ids kept (so a rerun
+// with the same n resumes). A source file is often grouped by kind (a corpus writes its
+// translation turns, then its math, ...), so its first n prompts can be a skewed sample; these are
+// not. All of them when n >= size.
+std::vector<RegenPrompt> spread_sample(std::vector<RegenPrompt> all, int64_t n);
+
 }  // namespace dspark::datagen

@@ -29,6 +29,20 @@ if "$dspark" datagen regenerate "${common[@]}" --out "$t/r.jsonl" --seed 2 2> "$
   echo "a different seed was accepted"; exit 1
 fi
 grep -q 'seed' "$t/err" || { cat "$t/err"; exit 1; }
+# --sample 2 of the 5 prompts answers prompts 0 and 2 (spread evenly, ids kept); it is a setting.
+"$dspark" datagen regenerate "${common[@]}" --out "$t/s.jsonl" --sample 2 > "$t/outs"
+grep -q '2 generated' "$t/outs" || { cat "$t/outs"; exit 1; }
+python3 - "$t/s.jsonl" <<'PY'
+import json, sys
+ids = [json.loads(l)["id"] for l in open(sys.argv[1])]
+assert ids == [0, 2], ids
+PY
+if "$dspark" datagen regenerate "${common[@]}" --out "$t/s.jsonl" --sample 3 2> "$t/err"; then
+  echo "resuming with another --sample was accepted"; exit 1
+fi
+grep -q 'source' "$t/err" || { cat "$t/err"; exit 1; }
+if "$dspark" datagen regenerate "${common[@]}" --out "$t/s2.jsonl" --sample 2 --limit 2 2> "$t/err"; then exit 1; fi
+grep -q 'at most one of --limit and --sample' "$t/err" || { cat "$t/err"; exit 1; }
 
 python3 - "$t/b4.jsonl" <<'PY'
 import json, sys

@@ -88,6 +88,32 @@ TEST(DatagenPrompts, CorpusAndPromptFiles) {
   }
 }
 
+TEST(DatagenPrompts, SpreadSampleTakesEvenlySpacedPromptsAndKeepsIds) {
+  std::vector<datagen::RegenPrompt> all(10);
+  for (int i = 0; i < 10; ++i) {
+    all[size_t(i)].id = i;
+    all[size_t(i)].turns = {"p" + std::to_string(i)};
+  }
+  auto ids = [](const std::vector<datagen::RegenPrompt>& v) {
+    std::vector<int64_t> r;
+    for (const auto& p : v) r.push_back(p.id);
+    return r;
+  };
+  EXPECT_EQ(ids(datagen::spread_sample(all, 3)), (std::vector<int64_t>{0, 3, 6}));
+  EXPECT_EQ(ids(datagen::spread_sample(all, 4)), (std::vector<int64_t>{0, 2, 5, 7}));
+  const auto one = datagen::spread_sample(all, 1);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].turns, std::vector<std::string>{"p0"});
+  EXPECT_EQ(ids(datagen::spread_sample(all, 10)), ids(all));
+  EXPECT_EQ(ids(datagen::spread_sample(all, 25)), ids(all));
+  // A source grouped by kind (5 of kind A, then 5 of kind B): the first 4 are all A, the
+  // spread sample takes both kinds in proportion.
+  int b = 0;
+  for (const auto& p : datagen::spread_sample(all, 4)) b += p.id >= 5;
+  EXPECT_EQ(b, 2);
+  EXPECT_THROW(datagen::spread_sample(all, 0), Error);
+}
+
 TEST(DatagenRegen, StopTokensAreTheChatFormatsAndEos) {
   TempDir d;
   auto tok = chat_tokenizer(d);

@@ -225,9 +225,7 @@ int bench_spec(int argc, char** argv) {
   const ModelConfig& cfg = model->config();
   SpecConfig spec = SpecConfig::parse(args.str("speculative-config"));
   auto drafter = load_drafter(spec, *model, dtype);
-  std::unique_ptr<VerifyLengthPolicy> policy;
-  if (spec.confidence_threshold > 0) policy = std::make_unique<StaticThresholdPolicy>(spec.confidence_threshold);
-  else policy = std::make_unique<FullBlockPolicy>();
+  auto policy = make_verify_policy(spec, *model, dtype);
   auto prompts = read_prompts(args.str("prompts"), int(args.integer("limit")));
   GenerateParams gp;
   gp.max_tokens = int(args.integer("max-tokens"));
@@ -299,6 +297,9 @@ int bench_spec(int argc, char** argv) {
   out["method"] = spec_method_name(spec.method);
   out["num_speculative_tokens"] = spec.num_speculative_tokens;
   out["temperature"] = gp.sampling.temperature;
+  out["verify_lengths"] = spec.adaptive_verification ? "adaptive (prefix scheduler)"
+                          : spec.confidence_threshold > 0 ? "confidence threshold"
+                                                          : "full block";
   out["dtype"] = dtype_name(dtype);
   out["max_tokens"] = gp.max_tokens;
   out["all"] = summary(all);
@@ -318,6 +319,8 @@ int bench_spec(int argc, char** argv) {
   row("all", out["all"]);
   std::printf("drafting round %.2f ms = %.2fx a target step (%.2f ms)\n", out["all"]["draft_ms_per_round"].get<double>(),
               out["all"]["draft_cost_vs_target_step"].get<double>(), out["all"]["target_step_ms"].get<double>());
+  std::printf("drafts verified per round %.2f of %d proposed (%s)\n", out["all"]["mean_verified_drafts"].get<double>(),
+              spec.num_speculative_tokens, out["verify_lengths"].get<std::string>().c_str());
   return 0;
 }
 

@@ -92,9 +92,7 @@ int cmd_generate(int argc, char** argv) {
   if (auto sc = args.opt("speculative-config")) {
     spec = SpecConfig::parse(*sc);
     auto drafter = load_drafter(*spec, *model, dtype);
-    std::unique_ptr<VerifyLengthPolicy> policy;
-    if (spec->confidence_threshold > 0) policy = std::make_unique<StaticThresholdPolicy>(spec->confidence_threshold);
-    else policy = std::make_unique<FullBlockPolicy>();
+    auto policy = make_verify_policy(*spec, *model, dtype);
     r = spec_generate(fwd, seq, *tok, prompt, gp, *drafter, *spec, *policy, metrics, stream);
   } else {
     r = generate(fwd, seq, *tok, prompt, gp, stream);

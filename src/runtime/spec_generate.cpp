@@ -4,6 +4,8 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "runtime/step_profile.h"
+#include "spec/prefix_scheduler.h"
 #include "spec/verify.h"
 
 namespace dspark {
@@ -22,6 +24,7 @@ json SpecMetrics::to_json() const {
           {"accepted_tokens", accepted},
           {"mean_accepted_length", mean_accepted_length()},
           {"acceptance_rate", drafted ? double(accepted) / double(drafted) : 0.0},
+          {"mean_verified_drafts", rounds ? double(drafted) / double(rounds) : 0.0},
           {"acceptance_per_position", acc},
           {"verified_per_position", ver},
           {"draft_seconds", draft_seconds},
@@ -46,6 +49,31 @@ void SpecMetrics::merge(const SpecMetrics& o) {
   draft_seconds += o.draft_seconds;
   verify_seconds += o.verify_seconds;
   other_seconds += o.other_seconds;
+}
+
+std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, const Model& target, DType kv_dtype) {
+  if (spec.confidence_threshold > 0) return std::make_unique<StaticThresholdPolicy>(spec.confidence_threshold);
+  if (!spec.adaptive_verification) return std::make_unique<FullBlockPolicy>();
+  std::vector<double> sps{0.0};
+  if (!spec.sps_curve.empty()) {
+    sps.insert(sps.end(), spec.sps_curve.begin(), spec.sps_curve.end());
+    return std::make_unique<PrefixScheduler>(std::move(sps));
+  }
+  if (spec.num_speculative_tokens <= 0) fail("adaptive verification: the speculation length is not set");
+  StepProfileOptions opt;
+  opt.contexts = {256};
+  opt.batches = {1};
+  opt.tokens.clear();
+  for (int t = 1; t <= spec.num_speculative_tokens + 1; ++t) opt.tokens.push_back(t);
+  opt.kv_dtype = kv_dtype;
+  double slowest = 0;
+  for (const StepPoint& p : profile_steps(target, opt)) {
+    slowest = std::max(slowest, p.seconds);  // a longer step is never cheaper (vLLM: maximum.accumulate)
+    sps.push_back(1.0 / slowest);
+  }
+  auto s = std::make_unique<PrefixScheduler>(std::move(sps));
+  s->learn_drafting_cost(true);
+  return s;
 }
 
 GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<const int32_t> prompt,
@@ -138,7 +166,9 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
     int l = 0;
     policy.choose(std::span<const Draft* const>(&dp, 1), std::span<int>(&l, 1));
     l = std::clamp(l, 0, int(draft.tokens.size()));
-    m.draft_seconds += now_seconds() - t;
+    const double drafting = now_seconds() - t;
+    m.draft_seconds += drafting;
+    policy.observe_drafting(drafting);
 
     // 2. One target pass over [anchor, x_1..x_l], with taps for the drafter.
     t = now_seconds();

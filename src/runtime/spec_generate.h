@@ -2,6 +2,7 @@
 // -> commit, until a stop. The output distribution is exactly the target's.
 #pragma once
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -29,6 +30,12 @@ struct SpecMetrics {
   nlohmann::json to_json() const;
   void merge(const SpecMetrics& o);
 };
+
+// The verification-length policy a SpecConfig asks for: every draft, a static confidence
+// threshold, or the hardware-aware prefix scheduler, whose cost curve is the config's
+// dspark_sps_curve or, when that is "auto", `target`'s step time profiled now for 1..K+1 tokens
+// (about (K + 1) * 6 forward steps) plus the drafting time learned while generating.
+std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, const Model& target, DType kv_dtype);
 
 // Generates like generate(), speculatively. `seq` is the target's KV sequence (empty).
 GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<const int32_t> prompt,

@@ -32,6 +32,9 @@ std::unique_ptr<Drafter> load_drafter(SpecConfig& sc, const Model& target, DType
   if (sc.confidence_threshold > 0 && !(dc.method == SpecMethod::DSpark && dc.confidence_head))
     fail(where, ": field 'dspark_confidence_threshold' needs a DSpark drafter with a confidence head; ", dc.path,
          " has none");
+  if (sc.adaptive_verification && !(dc.method == SpecMethod::DSpark && dc.confidence_head))
+    fail(where, ": field 'enable_adaptive_verification' needs a DSpark drafter with a confidence head; ", dc.path,
+         " has none");
   if (dc.num_target_layers > 0 && dc.num_target_layers != target.config().num_layers)
     fail(dc.path, ": field 'num_target_layers' is ", dc.num_target_layers, " but the target has ",
          target.config().num_layers, " layers");

@@ -9,7 +9,16 @@ namespace dspark {
 
 double PrefixScheduler::sps(int b) const {
   if (sps_.size() < 2) fail("prefix scheduler: empty SPS table");
-  return sps_[size_t(std::min<int>(b, int(sps_.size()) - 1))];
+  const double s = sps_[size_t(std::min<int>(b, int(sps_.size()) - 1))];
+  return draft_s_ > 0 ? 1.0 / (1.0 / s + draft_s_) : s;
+}
+
+void PrefixScheduler::observe_drafting(double seconds) {
+  if (!learn_ || !(seconds >= 0)) return;
+  // The plain mean over the first rounds, then an exponential average that follows load changes.
+  ++observed_;
+  const double w = std::max(1.0 / double(observed_), 1.0 / 32.0);
+  draft_s_ += w * (seconds - draft_s_);
 }
 
 void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int> lengths) {

@@ -18,6 +18,13 @@ class PrefixScheduler : public VerifyLengthPolicy {
   explicit PrefixScheduler(std::vector<double> sps) : sps_(std::move(sps)) {}
   void choose(std::span<const Draft* const> drafts, std::span<int> lengths) override;
 
+  // With learn_drafting_cost, a round's rate is 1 / (1 / sps[B] + d), d the running mean of the
+  // drafting times observed so far (vLLM's budget divides by draft_ms + verify_ms the same way):
+  // on a machine where drafting costs about a target step, ignoring it cuts blocks too short.
+  void learn_drafting_cost(bool on) { learn_ = on; }
+  void observe_drafting(double seconds) override;
+  double drafting_cost() const { return draft_s_; }
+
  protected:
   double sps(int batch_tokens) const;
   // false only in the anticipating variant that tests use to show the bias.
@@ -25,6 +32,9 @@ class PrefixScheduler : public VerifyLengthPolicy {
 
  private:
   std::vector<double> sps_;
+  bool learn_ = false;
+  double draft_s_ = 0;  // mean drafting seconds per round so far (exponentially weighted)
+  int64_t observed_ = 0;
 };
 
 namespace testing {

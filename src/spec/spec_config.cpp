@@ -70,10 +70,26 @@ SpecConfig SpecConfig::parse(const std::string& text) {
       if (!v.is_number() || v.get<double>() < 0 || v.get<double>() >= 1)
         fail(where, ": field 'dspark_confidence_threshold' must be a number in [0, 1), got ", v.dump());
       c.confidence_threshold = v.get<float>();
+    } else if (k == "enable_adaptive_verification") {
+      const json& v = j[k];
+      if (!v.is_boolean()) fail(where, ": field 'enable_adaptive_verification' must be true or false, got ", v.dump());
+      c.adaptive_verification = v.get<bool>();
+    } else if (k == "dspark_sps_curve") {
+      const json& v = j[k];
+      if (v.is_string() && v.get<std::string>() == "auto") continue;
+      if (!v.is_array() || v.empty())
+        fail(where, ": field 'dspark_sps_curve' must be \"auto\" or a non-empty array of rounds per second "
+             "at 1, 2, ... verified tokens, got ", v.dump());
+      for (size_t i = 0; i < v.size(); ++i) {
+        if (!v[i].is_number() || !(v[i].get<double>() > 0))
+          fail(where, ": field 'dspark_sps_curve' entry ", i, " must be a positive number, got ", v[i].dump());
+        c.sps_curve.push_back(v[i].get<double>());
+      }
     } else {
       fail(where, ": unknown field '", k,
            "' (supported: method, model, num_speculative_tokens, draft_sample_method, rejection_sample_method, "
-           "prompt_lookup_min, prompt_lookup_max, dspark_confidence_threshold)");
+           "prompt_lookup_min, prompt_lookup_max, dspark_confidence_threshold, enable_adaptive_verification, "
+           "dspark_sps_curve)");
     }
   }
   if (!has_method && c.model.empty()) fail(where, ": give 'method' (or 'model', whose config names the method)");
@@ -97,6 +113,13 @@ SpecConfig SpecConfig::parse(const std::string& text) {
   }
   if (c.confidence_threshold > 0 && has_method && c.method != SpecMethod::DSpark)
     fail(where, ": field 'dspark_confidence_threshold' applies only to method dspark");
+  if (c.adaptive_verification && has_method && c.method != SpecMethod::DSpark)
+    fail(where, ": field 'enable_adaptive_verification' applies only to method dspark (it needs the confidence head)");
+  if (c.adaptive_verification && c.confidence_threshold > 0)
+    fail(where, ": fields 'enable_adaptive_verification' and 'dspark_confidence_threshold' exclude each other "
+         "(the scheduler chooses the lengths itself)");
+  if (j.contains("dspark_sps_curve") && !c.adaptive_verification)
+    fail(where, ": field 'dspark_sps_curve' needs 'enable_adaptive_verification': true");
   return c;
 }
 

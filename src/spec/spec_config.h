@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace dspark {
 
@@ -20,6 +21,13 @@ struct SpecConfig {
   int prompt_lookup_min = 0;       // ngram (0: default)
   int prompt_lookup_max = 0;
   float confidence_threshold = 0;  // dspark: verify only up to the first c_k below this (0: off)
+  // dspark: the hardware-aware prefix scheduler (DSpark Algorithm 1) chooses how many drafts
+  // to verify from the confidences and the cost of a round (vLLM's enable_adaptive_verification).
+  bool adaptive_verification = false;
+  // Its cost curve: rounds per second when a round verifies B = 1, 2, ... tokens (index B - 1).
+  // Empty ("auto"): the target's step time is profiled at load and the drafting time is
+  // learned from the rounds already run.
+  std::vector<double> sps_curve;
   bool method_given = false;       // 'method' was in the JSON (else the drafter's config decides)
 
   // Parses the JSON text. `method` may be omitted when the drafter's config names it.

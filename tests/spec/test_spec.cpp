@@ -77,6 +77,12 @@ TEST(SpecConfig, ErrorsNameTheField) {
       {R"({"method": "dspark", "model": "/nonexistent/drafter"})", "is not a directory"},
       {R"({"method": "eagle3", "model": ")" + d + R"(", "dspark_confidence_threshold": 0.5})", "'dspark_confidence_threshold'"},
       {R"([1, 2])", "expected a JSON object"},
+      {R"({"model": ")" + d + R"(", "enable_adaptive_verification": 1})", "'enable_adaptive_verification' must be true or false"},
+      {R"({"model": ")" + d + R"(", "enable_adaptive_verification": true, "dspark_sps_curve": [1, -2]})", "'dspark_sps_curve' entry 1"},
+      {R"({"model": ")" + d + R"(", "enable_adaptive_verification": true, "dspark_sps_curve": []})", "'dspark_sps_curve' must be"},
+      {R"({"model": ")" + d + R"(", "dspark_sps_curve": "auto"})", "needs 'enable_adaptive_verification': true"},
+      {R"({"model": ")" + d + R"(", "enable_adaptive_verification": true, "dspark_confidence_threshold": 0.5})", "exclude each other"},
+      {R"({"method": "eagle3", "model": ")" + d + R"(", "enable_adaptive_verification": true})", "'enable_adaptive_verification' applies only"},
   };
   for (const auto& c : cases) {
     const std::string msg = error_of([&] { SpecConfig::parse(c.json); });
@@ -103,6 +109,18 @@ TEST(SpecConfig, ErrorsNameTheField) {
     load_drafter(sc, *target, DType::F32);
   });
   EXPECT_NE(msg.find("confidence head"), std::string::npos) << msg;
+  // So does the scheduler.
+  msg = error_of([&] {
+    SpecConfig sc = SpecConfig::parse(R"({"model": ")" + (dir / "noconf").string() + R"(", "enable_adaptive_verification": true})");
+    load_drafter(sc, *target, DType::F32);
+  });
+  EXPECT_NE(msg.find("'enable_adaptive_verification' needs a DSpark drafter with a confidence head"), std::string::npos) << msg;
+  // A valid scheduler config: an explicit curve is kept as given.
+  SpecConfig ok = SpecConfig::parse(R"({"model": ")" + d + R"(", "enable_adaptive_verification": true, "dspark_sps_curve": [100, 60.5]})");
+  EXPECT_TRUE(ok.adaptive_verification);
+  EXPECT_EQ(ok.sps_curve, (std::vector<double>{100, 60.5}));
+  EXPECT_TRUE(SpecConfig::parse(R"({"model": ")" + d + R"(", "enable_adaptive_verification": true, "dspark_sps_curve": "auto"})")
+                  .sps_curve.empty());
   fs::remove_all(dir);
 }
 
@@ -240,6 +258,47 @@ TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
       EXPECT_LT(m.drafted, m.proposed) << "the threshold never cut a draft";
     }
   }
+  // The hardware-aware scheduler as the CLI builds it from the config: a steep explicit cost
+  // curve (it must cut blocks) and the "auto" one, profiled on the target.
+  for (bool automatic : {false, true}) {
+    nlohmann::json j = {{"model", h.drafter("dspark")}, {"num_speculative_tokens", 4}, {"enable_adaptive_verification", true}};
+    if (!automatic) j["dspark_sps_curve"] = {1.0, 0.5, 0.34, 0.25, 0.2};
+    SpecConfig sc = SpecConfig::parse(j.dump());
+    auto drafter = load_drafter(sc, *h.target, DType::F32);
+    auto policy = make_verify_policy(sc, *h.target, DType::F32);
+    SpecMetrics m;
+    EXPECT_EQ(h.spec(prompt, gp, *drafter, sc, *policy, &m).tokens, want) << (automatic ? "auto curve" : "explicit curve");
+    if (!automatic) {
+      EXPECT_LT(m.drafted, m.proposed) << "the scheduler never cut a draft on a steep curve";
+    }
+  }
+}
+
+// The learned drafting cost: a round's fixed cost makes verifying more drafts worth it.
+TEST(PrefixScheduler, LearnedDraftingCostLengthensBlocks) {
+  // Step time B seconds for B tokens; every conditional confidence 0.6.
+  const std::vector<double> sps = {0.0, 1.0, 0.5, 1.0 / 3, 0.25, 0.2};
+  Draft d;
+  d.tokens = {1, 2, 3, 4};
+  d.confidence = {0.6f, 0.6f, 0.6f, 0.6f};
+  const Draft* dp = &d;
+  auto length = [&](PrefixScheduler& s) {
+    int l = -1;
+    s.choose(std::span<const Draft* const>(&dp, 1), std::span<int>(&l, 1));
+    return l;
+  };
+  PrefixScheduler fixed(sps);
+  fixed.observe_drafting(10.0);  // ignored unless learning is on
+  // Theta: 1 / 1 at l = 0 beats 1.6 / 2 at l = 1.
+  EXPECT_EQ(length(fixed), 0);
+  PrefixScheduler learning(sps);
+  learning.learn_drafting_cost(true);
+  EXPECT_EQ(length(learning), 0) << "nothing observed yet: the curve alone";
+  learning.observe_drafting(5.0);
+  learning.observe_drafting(15.0);
+  EXPECT_DOUBLE_EQ(learning.drafting_cost(), 10.0);
+  // Theta = tau / (B + 10): 1/11, 1.6/12, 1.96/13, 2.176/14 (best), 2.3056/15.
+  EXPECT_EQ(length(learning), 3);
 }
 
 TEST(Ngram, ProposesWhatFollowedTheLatestMatch) {
@@ -335,11 +394,14 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
     std::string kind;
     bool probabilistic, block;
     float thr;
+    bool scheduler = false;  // the prefix scheduler on a fixed curve instead of a threshold
   };
   std::vector<Case> cases;
   for (bool probabilistic : {false, true})
     for (bool block : {false, true})
       for (float thr : {0.f, 0.45f}) cases.push_back({"dspark", probabilistic, block, thr});
+  cases.push_back({"dspark", true, true, 0, true});
+  cases.push_back({"dspark", false, false, 0, true});
   cases.push_back({"dflash", true, false, 0});
   cases.push_back({"dflash", true, true, 0});
   cases.push_back({"eagle3", true, true, 0});
@@ -350,15 +412,21 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
     s.std = 0.6f;
     const std::string dir = c.kind == "ngram" ? "" : h.drafter(c.kind, s);
     SpecConfig sc = config_for(c.kind, dir, c.kind == "dflash" ? 4 : 3, c.probabilistic, c.block, c.thr);
+    if (c.scheduler) {
+      sc.adaptive_verification = true;
+      sc.sps_curve = {1.0, 0.8, 0.7, 0.6};  // lengths 1 to 3 depending on the confidences
+    }
     auto drafter = load_drafter(sc, *h.target, DType::F32);
-    FullBlockPolicy full;
-    StaticThresholdPolicy thr(c.thr);
-    VerifyLengthPolicy& policy = c.thr > 0 ? static_cast<VerifyLengthPolicy&>(thr) : full;
+    auto policy = make_verify_policy(sc, *h.target, DType::F32);
     SpecMetrics m;
-    const ChiSquare cs = sampled_fit(h, *drafter, sc, policy, sp, exact, n_tokens, runs, &m);
+    const ChiSquare cs = sampled_fit(h, *drafter, sc, *policy, sp, exact, n_tokens, runs, &m);
     EXPECT_GT(cs.p_value, 0.001) << c.kind << (c.probabilistic ? " probabilistic" : " greedy-draft")
-                                 << (c.block ? " block" : " standard") << " thr " << c.thr << ": chi2 " << cs.statistic
-                                 << " dof " << cs.dof;
+                                 << (c.block ? " block" : " standard") << " thr " << c.thr
+                                 << (c.scheduler ? " scheduler" : "") << ": chi2 " << cs.statistic << " dof " << cs.dof;
+    if (c.scheduler) {
+      EXPECT_LT(m.drafted, m.proposed) << "the scheduler never cut a draft";
+      EXPECT_GT(m.drafted, m.rounds) << "the scheduler never verified more than one draft";
+    }
     // The verifier was exercised: drafts were both accepted and rejected.
     EXPECT_GT(m.accepted, 0) << c.kind;
     EXPECT_LT(m.accepted, m.drafted) << c.kind;

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Reproduces the demo drafters (models/demo-dspark and the DFlash / EAGLE-3 baselines) for the demo
 # target: response regeneration -> hidden-state extraction -> three drafters trained on the same data
-# with the same budget and depth -> STS calibration of the DSpark drafter -> per-domain benchmarks.
+# with the same budget and depth -> STS calibration of the DSpark drafter -> per-domain benchmarks
+# (every drafter verifying full blocks, and DSpark with the prefix scheduler) -> f32 exactness.
 #
 #   scripts/train-demo-drafters.sh [WORK_DIR] [TARGET_DIR] [CORPUS_DIR]
 #     defaults: build/demo-drafters, models/demo, build/demo-target/corpus
 #
 # Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 6000),
-# METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 10), STEPS (optimizer steps of DSpark
-# and DFlash, 600), EAGLE3_STEPS (150: an unrolled EAGLE-3 step costs ~7x a DSpark step, so 150 of
-# them take more training time than 600 DSpark steps), BATCH (sequences per step, 16), ANCHORS (per
-# sequence, 64), DRAFTS (gamma, 8), LAYERS (1).
+# METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 20), STEPS (optimizer steps of DSpark
+# and DFlash, 500), EAGLE3_STEPS (150: an unrolled EAGLE-3 step costs about 4x a DSpark step on
+# this data, so 150 of them take at least the training time of 500 DSpark steps), BATCH
+# (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-drafters}
@@ -18,7 +19,7 @@ TARGET=${2:-models/demo}
 CORPUS=${3:-build/demo-target/corpus}
 BIN=${BIN:-build}
 PROMPTS=${PROMPTS:-6000}
-STEPS=${STEPS:-600}
+STEPS=${STEPS:-500}
 EAGLE3_STEPS=${EAGLE3_STEPS:-150}
 ANCHORS=${ANCHORS:-64}
 DRAFTS=${DRAFTS:-8}
@@ -26,6 +27,7 @@ LAYERS=${LAYERS:-1}
 BATCH=${BATCH:-16}
 TAPS=${TAPS:-1,3,4}
 METHODS=${METHODS:-dspark dflash eagle3}
+BENCH_PROMPTS=${BENCH_PROMPTS:-20}
 mkdir -p "$WORK"
 
 # 1. The target answers the corpus' training instructions (T 0.7, top-p 0.8, top-k 20): PROMPTS of them
@@ -77,9 +79,35 @@ for method in $METHODS; do
       raw=()
       [ "$domain" = code ] && raw=(--raw)
       "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" \
-        --prompts "$CORPUS/prompts/$domain.jsonl" --limit "${BENCH_PROMPTS:-10}" --max-tokens 96 --temperature "$temp" \
+        --prompts "$CORPUS/prompts/$domain.jsonl" --limit "$BENCH_PROMPTS" --max-tokens 96 --temperature "$temp" \
         "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
     done
   done
 done
-echo "drafters: $WORK/{dspark,dflash,eagle3}/drafter; calibration: $WORK/calibration.json; benchmarks: $WORK/bench-*.json"
+# 5b. DSpark with the hardware-aware prefix scheduler choosing the verification lengths (its cost
+#     curve profiled on this machine at load): same prompts, accepted length and speedup.
+for temp in 0 1; do
+  for domain in math translation prose instructions code; do
+    out="$WORK/bench-dspark_sched-T$temp-$domain.json"
+    [ -f "$out" ] && continue
+    raw=()
+    [ "$domain" = code ] && raw=(--raw)
+    cfg="{\"model\": \"$WORK/dspark/drafter\", \"method\": \"dspark\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\", \"rejection_sample_method\": \"block\", \"enable_adaptive_verification\": true}"
+    "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" \
+      --prompts "$CORPUS/prompts/$domain.jsonl" --limit "$BENCH_PROMPTS" --max-tokens 96 --temperature "$temp" \
+      "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
+  done
+done
+
+# 6. Exactness: in f32, greedy speculative output must be token-identical to plain greedy output.
+for method in $METHODS; do
+  out="$WORK/f32-$method.json"
+  [ -f "$out" ] && continue
+  cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS}"
+  "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" --dtype f32 \
+    --prompts "$CORPUS/prompts/instructions.jsonl" --limit 10 --max-tokens 96 --temperature 0 --json > "$out.tmp"
+  mv "$out.tmp" "$out"
+  python3 -c 'import json, sys; a = json.load(open(sys.argv[1]))["all"]
+sys.exit(f"{sys.argv[1]}: f32 greedy output differs from plain decoding in {a[\"prompts\"] - a[\"identical_outputs\"]} of {a[\"prompts\"]} prompts" if a["identical_outputs"] != a["prompts"] else 0)' "$out"
+done
+echo "drafters: $WORK/{dspark,dflash,eagle3}/drafter; calibration: $WORK/calibration.json; benchmarks: $WORK/bench-*.json, $WORK/f32-*.json"

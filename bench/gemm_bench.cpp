@@ -19,7 +19,7 @@ struct Data {
   std::vector<uint16_t> wb;
 };
 
-void run(benchmark::State& state, GemmBackend backend, DType dtype, int n, int k, bool panels = false) {
+void run(benchmark::State& state, GemmBackend backend, DType dtype, int n, int k, bool panels = false, bool pairs = false) {
   const int m = int(state.range(0));
   Data d;
   std::mt19937 rng(1);
@@ -38,7 +38,7 @@ void run(benchmark::State& state, GemmBackend backend, DType dtype, int n, int k
   std::vector<uint16_t> packed;
   if (panels) {
     packed.resize(panel_bytes(n, k) / 2);
-    w = pack_panels(w, packed.data());
+    w = pack_panels(w, packed.data(), pairs);
   }
   try {
     set_gemm_backend(backend);
@@ -69,6 +69,11 @@ void BM_Panels_Bf16_GateUp(benchmark::State& s) { run(s, GemmBackend::Avx2, DTyp
 void BM_Panels_Bf16_Down(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 1024, 3072, true); }
 void BM_Panels_Bf16_LmHead(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 151936, 1024, true); }
 void BM_Panels_Bf16_InL2(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 192, 1024, true); }
+// The same shapes in pair panels, read by the AVX512-BF16 kernel (skipped where the CPU lacks it).
+void BM_Pairs_Bf16_GateUp(benchmark::State& s) { run(s, GemmBackend::Avx512Bf16, DType::BF16, 6144, 1024, true, true); }
+void BM_Pairs_Bf16_Down(benchmark::State& s) { run(s, GemmBackend::Avx512Bf16, DType::BF16, 1024, 3072, true, true); }
+void BM_Pairs_Bf16_LmHead(benchmark::State& s) { run(s, GemmBackend::Avx512Bf16, DType::BF16, 151936, 1024, true, true); }
+void BM_Pairs_Bf16_InL2(benchmark::State& s) { run(s, GemmBackend::Avx512Bf16, DType::BF16, 192, 1024, true, true); }
 void BM_Avx2_F32_GateUp(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::F32, 6144, 1024); }
 void BM_OneDnn_F32_GateUp(benchmark::State& s) { run(s, GemmBackend::OneDnn, DType::F32, 6144, 1024); }
 void BM_OneDnn_Bf16_GateUp(benchmark::State& s) { run(s, GemmBackend::OneDnn, DType::BF16, 6144, 1024); }
@@ -81,6 +86,10 @@ BENCHMARK(BM_Panels_Bf16_GateUp) SHAPES;
 BENCHMARK(BM_Panels_Bf16_Down) SHAPES;
 BENCHMARK(BM_Panels_Bf16_InL2) SHAPES;
 BENCHMARK(BM_Panels_Bf16_LmHead)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Pairs_Bf16_GateUp) SHAPES;
+BENCHMARK(BM_Pairs_Bf16_Down) SHAPES;
+BENCHMARK(BM_Pairs_Bf16_InL2) SHAPES;
+BENCHMARK(BM_Pairs_Bf16_LmHead)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Avx2_F32_GateUp) SHAPES;
 BENCHMARK(BM_Avx2_Bf16_LmHead)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OneDnn_F32_GateUp) SHAPES;

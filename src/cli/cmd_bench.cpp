@@ -48,7 +48,7 @@ int bench_step(int argc, char** argv) {
       .flag("tokens", "tokens per sequence per step", true, "1,2,4,8,16")
       .flag("reps", "timed repetitions per point (median reported)", true, "5")
       .flag("prefill-tokens", "prompt length for the prefill measurement (0: skip)", true, "512")
-      .flag("gemm", "matrix backend: auto, avx2, onednn, reference", true, "auto")
+      .flag("gemm", "matrix backend: auto, avx2, avx512bf16, onednn, reference", true, "auto")
       .flag("json", "print JSON", false);
   add_runtime_flags(args);
   args.parse(argc, argv);
@@ -63,9 +63,10 @@ int bench_step(int argc, char** argv) {
   const std::string g = args.str("gemm");
   if (g == "auto") set_gemm_backend(GemmBackend::Auto);
   else if (g == "avx2") set_gemm_backend(GemmBackend::Avx2);
+  else if (g == "avx512bf16") set_gemm_backend(GemmBackend::Avx512Bf16);
   else if (g == "onednn") set_gemm_backend(GemmBackend::OneDnn);
   else if (g == "reference") set_gemm_backend(GemmBackend::Reference);
-  else fail("flag --gemm must be auto, avx2, onednn or reference");
+  else fail("flag --gemm must be auto, avx2, avx512bf16, onednn or reference");
   if (args.on("model") == args.on("shape")) fail("give exactly one of --model and --shape");
   std::unique_ptr<Model> model;
   std::string name;

@@ -13,16 +13,24 @@ namespace dspark {
 
 namespace {
 
+bool avx512bf16_ok() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512bw && f.avx512_bf16 && f.avx2 && f.fma;
+}
+
 GemmBackend pick_auto() {
   const CpuFeatures& f = cpu_features();
   // DSPARK_GEMM=avx2|onednn|reference overrides the choice (benchmarks, and testing every backend on one machine).
   if (const char* env = std::getenv("DSPARK_GEMM")) {
     const std::string v = env;
     if (v == "onednn") return GemmBackend::OneDnn;
+    if (v == "avx512bf16" && avx512bf16_ok()) return GemmBackend::Avx512Bf16;
     if (v == "reference") return GemmBackend::Reference;
     if (v == "avx2" && f.avx2 && f.fma) return GemmBackend::Avx2;
   }
-  if (f.amx_bf16 || f.avx512_bf16) return GemmBackend::OneDnn;
+  // oneDNN is not the default: with weights in rows it measured 100x slower than the pair-panel
+  // kernel at decode and verification sizes (docs/performance.md).
+  if (avx512bf16_ok()) return GemmBackend::Avx512Bf16;
   if (f.avx2 && f.fma) return GemmBackend::Avx2;
   return GemmBackend::Reference;
 }
@@ -39,14 +47,16 @@ WeightMatrix WeightMatrix::rows(int begin, int count) const {
   r.n = count;
   if (panels) {
     if (begin % kPanelRows != 0) fail("internal: a view of panel-packed weights must start at a multiple of ", kPanelRows, " rows, not ", begin);
-    r.data = static_cast<const uint16_t*>(data) + int64_t(begin) * k;
+    r.data = static_cast<const uint16_t*>(data) + int64_t(begin / kPanelRows) * panel_stride(pairs, k);
   } else {
     r.data = static_cast<const uint8_t*>(data) + int64_t(begin) * ld * int64_t(dtype_size(dtype));
   }
   return r;
 }
 
-WeightMatrix pack_panels(const WeightMatrix& w, void* dst) {
+WeightMatrix pack_panels(const WeightMatrix& w, void* dst) { return pack_panels(w, dst, current() == GemmBackend::Avx512Bf16); }
+
+WeightMatrix pack_panels(const WeightMatrix& w, void* dst, bool pairs) {
   if (w.dtype != DType::BF16 || w.panels) fail("internal: pack_panels takes bf16 weights in rows");
   const int64_t K = w.k;
   // Copy first: dst may be the rows' own memory.
@@ -54,36 +64,32 @@ WeightMatrix pack_panels(const WeightMatrix& w, void* dst) {
   for (int r = 0; r < w.n; ++r)
     std::memcpy(rows.data() + size_t(r) * K, static_cast<const uint16_t*>(w.data) + r * w.ld, size_t(K) * 2);
   auto* out = static_cast<uint16_t*>(dst);
-  const int np = (w.n + kPanelRows - 1) / kPanelRows;
-  for (int p = 0; p < np; ++p) {
-    uint16_t* panel = out + int64_t(p) * kPanelRows * K;
-    for (int i = 0; i < kPanelRows; ++i) {
-      const int r = p * kPanelRows + i;
-      const int slot = panel_slot(i);
-      for (int64_t c = 0; c < K; ++c) panel[c * kPanelRows + slot] = r < w.n ? rows[size_t(r) * K + c] : uint16_t(0);
-    }
-  }
+  const int64_t np = (w.n + kPanelRows - 1) / kPanelRows;
+  std::memset(out, 0, size_t(np) * size_t(panel_stride(pairs, K)) * 2);  // padding rows and the pad column
+  for (int64_t r = 0; r < w.n; ++r)
+    for (int64_t c = 0; c < K; ++c) out[panel_index(pairs, K, r, c)] = rows[size_t(r) * K + c];
   WeightMatrix v = w;
   v.data = dst;
   v.ld = K;
   v.panels = true;
+  v.pairs = pairs;
   return v;
 }
 
 float weight_at(const WeightMatrix& w, int64_t r, int64_t c) {
-  if (w.panels)
-    return bf16_to_f32(static_cast<const uint16_t*>(w.data)[((r / kPanelRows) * w.k + c) * kPanelRows + panel_slot(int(r % kPanelRows))]);
+  if (w.panels) return bf16_to_f32(static_cast<const uint16_t*>(w.data)[panel_index(w.pairs, w.k, r, c)]);
   if (w.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(w.data)[r * w.ld + c]);
   return static_cast<const float*>(w.data)[r * w.ld + c];
 }
 
-bool gemm_wants_panels() { return current() == GemmBackend::Avx2; }
+bool gemm_wants_panels() { return current() == GemmBackend::Avx2 || current() == GemmBackend::Avx512Bf16; }
 
 const char* gemm_backend_name(GemmBackend b) {
   switch (b) {
     case GemmBackend::Auto: return "auto";
     case GemmBackend::Reference: return "reference";
     case GemmBackend::Avx2: return "avx2";
+    case GemmBackend::Avx512Bf16: return "avx512bf16";
     case GemmBackend::OneDnn: return "onednn";
   }
   return "?";
@@ -93,6 +99,8 @@ void set_gemm_backend(GemmBackend b) {
   if (b == GemmBackend::Auto) b = pick_auto();
   if (b == GemmBackend::Avx2 && !(cpu_features().avx2 && cpu_features().fma))
     fail("gemm backend avx2 needs a CPU with AVX2 and FMA");
+  if (b == GemmBackend::Avx512Bf16 && !avx512bf16_ok())
+    fail("gemm backend avx512bf16 needs a CPU with AVX512F, AVX512BW and AVX512_BF16");
   current() = b;
 }
 
@@ -101,7 +109,14 @@ GemmBackend gemm_backend() { return current(); }
 void gemm(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
           bool accumulate) {
   if (m <= 0 || w.n <= 0) return;
+  // Panels are read by the kernels of their layout, whatever the backend is now (it may have been
+  // switched after loading); pair panels without AVX512-BF16 only by the reference loops.
+  if (w.panels && w.pairs) {
+    if (avx512bf16_ok() && current() != GemmBackend::Reference) return detail::gemm_avx512bf16(x, m, ldx, w, y, ldy, accumulate);
+    return detail::gemm_reference(x, m, ldx, w, y, ldy, accumulate);
+  }
   switch (current()) {
+    case GemmBackend::Avx512Bf16:  // bf16 rows and f32 weights (the exact mode) take the AVX2 kernels
     case GemmBackend::Avx2:
       return detail::gemm_avx2(x, m, ldx, w, y, ldy, accumulate);
     case GemmBackend::OneDnn:

@@ -16,34 +16,51 @@ struct WeightMatrix {
   int64_t ld = 0;
   const void* data = nullptr;
   bool panels = false;  // bf16 only: `data` holds kPanelRows-row panels, not rows (ld is unused)
+  bool pairs = false;   // with panels: the AVX512-BF16 pair layout (see below), else the AVX2 one
 
   // A view of rows [begin, begin+count); with panels, begin must be a multiple of kPanelRows.
   WeightMatrix rows(int begin, int count) const;
 };
 
-// The panel layout of a bf16 matrix, which the AVX2 kernels read at every batch size: rows
-// [16p, 16p+16) form panel p, stored k-major (16 values per k), so one pass over a panel feeds
-// every row of x with contiguous loads. At each k the values are interleaved r0 r8 r1 r9 ... r7
-// r15: one 32-byte load widens to rows 0-7 (shift left by 16) and rows 8-15 (mask) with two
-// instructions. Rows past n are zero. Element (r, k) is at ((r/16) * k_total + k) * 16 + slot(r%16).
+// The panel layouts of a bf16 matrix, read at every batch size: rows [16p, 16p+16) form panel p,
+// stored k-major, so one pass over a panel feeds every row of x with contiguous loads.
+// - AVX2 layout (pairs == false): 16 values per k, interleaved r0 r8 r1 r9 ... r7 r15, so one
+//   32-byte load widens to rows 0-7 (shift left by 16) and rows 8-15 (mask) with two instructions.
+//   Element (r, k) is at ((r/16) * k_total + k) * 16 + slot(r%16).
+// - AVX512-BF16 layout (pairs == true): 32 values per k-pair, r0(k) r0(k+1) r1(k) r1(k+1) ...
+//   r15(k+1), the operand order of vdpbf16ps. Element (r, k) is at ((r/16) * kp2 + k/2*2) * 16 +
+//   2 * (r%16) + k%2.
+// kp2 is k_total rounded up to even; rows past n and the pad column of an odd k are zero.
 constexpr int kPanelRows = 16;
 inline int panel_slot(int r) { return r < 8 ? 2 * r : 2 * (r - 8) + 1; }
+inline int64_t panel_k(int64_t k) { return (k + 1) / 2 * 2; }
 inline size_t panel_bytes(int64_t n, int64_t k) {
-  return size_t((n + kPanelRows - 1) / kPanelRows) * kPanelRows * size_t(k) * 2;
+  return size_t((n + kPanelRows - 1) / kPanelRows) * kPanelRows * size_t(panel_k(k)) * 2;
+}
+// bf16 values per panel, and the index of element (r, c), in the panels of a matrix with k columns.
+inline int64_t panel_stride(bool pairs, int64_t k) { return (pairs ? panel_k(k) : k) * kPanelRows; }
+inline int64_t panel_index(bool pairs, int64_t k, int64_t r, int64_t c) {
+  const int64_t base = (r / kPanelRows) * panel_stride(pairs, k);
+  if (pairs) return base + (c / 2) * 2 * kPanelRows + 2 * (r % kPanelRows) + c % 2;
+  return base + c * kPanelRows + panel_slot(int(r % kPanelRows));
 }
 // Writes bf16 row-layout `w` as panels into `dst` (panel_bytes(w.n, w.k) bytes; may be w.data
-// itself when that much memory is there) and returns the panel view.
+// itself when that much memory is there) and returns the panel view: the pair layout when
+// `pairs`, else the AVX2 one.
+WeightMatrix pack_panels(const WeightMatrix& w, void* dst, bool pairs);
+// The same in the layout the current backend reads.
 WeightMatrix pack_panels(const WeightMatrix& w, void* dst);
 // The value of element (r, c) of `w` whatever its layout (tests and the reference backend).
 float weight_at(const WeightMatrix& w, int64_t r, int64_t c);
-// Whether bf16 weights should be packed into panels for the current backend (AVX2 reads them
-// fastest; oneDNN wants rows).
+// Whether bf16 weights should be packed into panels for the current backend (AVX2 and
+// AVX512-BF16 read them fastest; oneDNN wants rows).
 bool gemm_wants_panels();
 
 enum class GemmBackend {
   Auto,       // best available on this CPU
   Reference,  // portable scalar loops; the correctness baseline
   Avx2,       // dspark's AVX2/FMA kernels (bf16 weights widened in registers)
+  Avx512Bf16, // dspark's AVX512-BF16 kernels for bf16 weights (vdpbf16ps); f32 weights on AVX2
   OneDnn,     // oneDNN matmul (AMX / AVX512-BF16 on CPUs that have them)
 };
 
@@ -67,6 +84,8 @@ void gemm_reference(const float* x, int m, int64_t ldx, const WeightMatrix& w, f
                     bool accumulate);
 void gemm_avx2(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
                bool accumulate);
+void gemm_avx512bf16(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
+                     bool accumulate);
 void gemm_onednn(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
                  bool accumulate);
 }  // namespace detail

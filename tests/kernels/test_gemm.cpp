@@ -17,10 +17,19 @@ struct Case {
   DType dtype;
   bool accumulate;
   bool panels = false;  // bf16 weights packed into the panel layout first
+  bool pairs = false;   // with panels: the AVX512-BF16 pair layout, read by gemm_avx512bf16
 };
 
-// The same product in double precision, from the weights exactly as stored.
-std::vector<double> exact(const std::vector<float>& x, int m, int ldx, const WeightMatrix& w) {
+bool has_avx512bf16() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512bw && f.avx512_bf16 && f.avx2 && f.fma;
+}
+
+// The same product in double precision, from the weights exactly as stored (and x rounded to
+// bf16 first when `bf16_x`: the AVX512-BF16 kernels' contract).
+std::vector<double> exact(std::vector<float> x, int m, int ldx, const WeightMatrix& w, bool bf16_x = false) {
+  if (bf16_x)
+    for (auto& v : x) v = bf16_to_f32(f32_to_bf16(v));
   std::vector<double> y(size_t(m) * size_t(w.n));
   for (int i = 0; i < m; ++i)
     for (int j = 0; j < w.n; ++j) {
@@ -46,11 +55,15 @@ void run_case(const Case& c, GemmBackend backend, bool onednn_direct = false) {
   std::vector<uint16_t> wb(wf.size());
   for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16(wf[i]);
   WeightMatrix w{c.dtype, c.n, c.k, ldw, c.dtype == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data()};
-  auto ref = exact(x, c.m, ldx, w);
+  // Pair panels are read by the AVX512-BF16 kernel wherever the CPU has it, and oneDNN takes bf16
+  // weights in rows: both round x to bf16.
+  const bool bf16_x = (c.panels && c.pairs && backend != GemmBackend::Reference && has_avx512bf16()) ||
+                      ((backend == GemmBackend::OneDnn || onednn_direct) && c.dtype == DType::BF16 && !c.panels);
+  auto ref = exact(x, c.m, ldx, w, bf16_x);
   std::vector<uint16_t> packed;
   if (c.panels) {
     packed.resize(panel_bytes(c.n, c.k) / 2);
-    w = pack_panels(w, packed.data());
+    w = pack_panels(w, packed.data(), c.pairs);
   }
   std::vector<float> y(size_t(c.m) * ldy, 0.f), init(y.size());
   for (auto& v : init) v = nd(rng);
@@ -68,7 +81,7 @@ void run_case(const Case& c, GemmBackend backend, bool onednn_direct = false) {
       double tol = 1e-5 * std::sqrt(double(c.k)) * 4 + 1e-5 * std::abs(want);
       ASSERT_NEAR(y[size_t(i * ldy + j)], want, tol)
           << gemm_backend_name(backend) << " m=" << c.m << " n=" << c.n << " k=" << c.k << " "
-          << dtype_name(c.dtype) << " acc=" << c.accumulate << " panels=" << c.panels << " at (" << i << "," << j << ")";
+          << dtype_name(c.dtype) << " acc=" << c.accumulate << " panels=" << c.panels << " pairs=" << c.pairs << " at (" << i << "," << j << ")";
     }
 }
 
@@ -94,45 +107,80 @@ TEST(Gemm, Avx2MatchesExact) {
   for (const Case& c : cases()) run_case(c, GemmBackend::Avx2);
 }
 
-std::vector<Case> panel_cases() {
+std::vector<Case> panel_cases(bool pairs) {
   std::vector<Case> v;
   for (const Case& c : cases())
-    if (c.dtype == DType::BF16) v.push_back({c.m, c.n, c.k, c.dtype, c.accumulate, true});
-  for (int m : {1, 6, 8, 12, 16, 20})
-    v.push_back({m, 16 * 9 + 5, 1030, DType::BF16, false, true});  // several panels, so prefetching runs ahead
+    if (c.dtype == DType::BF16) v.push_back({c.m, c.n, c.k, c.dtype, c.accumulate, true, pairs});
+  for (int m : {1, 6, 8, 9, 12, 16, 20})
+    v.push_back({m, 16 * 9 + 5, 1030, DType::BF16, false, true, pairs});  // several panels, so prefetching runs ahead
+  for (bool acc : {false, true})  // prefill: several blocks of x rows and of k
+    v.push_back({200, 16 * 5 + 3, 601, DType::BF16, acc, true, pairs});
   return v;
 }
 
 TEST(Gemm, PanelsMatchExactOnEveryBackend) {
   std::vector<GemmBackend> backends = {GemmBackend::Reference, GemmBackend::OneDnn};
   if (cpu_features().avx2 && cpu_features().fma) backends.push_back(GemmBackend::Avx2);
+  if (has_avx512bf16()) backends.push_back(GemmBackend::Avx512Bf16);
   for (GemmBackend b : backends)
-    for (const Case& c : panel_cases()) {
-      if (b == GemmBackend::OneDnn && !(cpu_features().avx2 && cpu_features().fma)) continue;
-      run_case(c, b);
-    }
+    for (bool pairs : {false, true})
+      for (const Case& c : panel_cases(pairs)) {
+        if (b == GemmBackend::OneDnn && !(cpu_features().avx2 && cpu_features().fma)) continue;
+        if (!pairs && !(cpu_features().avx2 && cpu_features().fma) && b != GemmBackend::Reference) continue;
+        run_case(c, b);
+      }
 }
 
-TEST(Gemm, PanelLayoutKeepsEveryElementAndRowViews) {
+TEST(Gemm, Avx512Bf16MatchesExactOnBf16XOrIsRefused) {
+  if (!has_avx512bf16()) {
+    EXPECT_THROW(set_gemm_backend(GemmBackend::Avx512Bf16), Error);  // refused, never run on this CPU
+    return;
+  }
+  // bf16 and f32 weights in rows (the AVX2 kernels, x not rounded) and pair panels (rounded).
+  for (const Case& c : cases()) run_case(c, GemmBackend::Avx512Bf16);
+  for (const Case& c : panel_cases(true)) run_case(c, GemmBackend::Avx512Bf16);
+  // The backend packs what it loads into pairs.
+  set_gemm_backend(GemmBackend::Avx512Bf16);
+  std::vector<uint16_t> wb(16 * 4, 0x3f80), packed(panel_bytes(16, 4) / 2);
+  const WeightMatrix p = pack_panels(WeightMatrix{DType::BF16, 16, 4, 4, wb.data()}, packed.data());
+  set_gemm_backend(GemmBackend::Auto);
+  EXPECT_TRUE(p.panels && p.pairs);
+}
+
+TEST(Gemm, PanelLayoutsKeepEveryElementAndRowViews) {
   std::mt19937 rng(3);
   std::normal_distribution<float> nd;
-  const int n = 53, k = 37;
-  std::vector<uint16_t> wb(size_t(n) * k), packed(panel_bytes(n, k) / 2, 0xffff);
+  const int n = 53, k = 37;  // a partial last panel and an odd k (the pair layout pads a column)
+  std::vector<uint16_t> wb(size_t(n) * k);
   for (auto& v : wb) v = f32_to_bf16(nd(rng));
   const WeightMatrix rows{DType::BF16, n, k, k, wb.data()};
-  const WeightMatrix p = pack_panels(rows, packed.data());
-  ASSERT_TRUE(p.panels);
-  for (int r = 0; r < n; ++r)
-    for (int c = 0; c < k; ++c) ASSERT_EQ(weight_at(p, r, c), weight_at(rows, r, c)) << r << "," << c;
-  const int last = n / kPanelRows;  // the padding rows of the last panel are zero
-  for (int c = 0; c < k; ++c)
-    for (int i = n % kPanelRows; i < kPanelRows; ++i)
-      ASSERT_EQ(packed[size_t((int64_t(last) * k + c) * kPanelRows + panel_slot(i))], 0) << "padding row " << i;
-  const WeightMatrix view = p.rows(32, 21), want = rows.rows(32, 21);
-  for (int r = 0; r < 21; ++r)
-    for (int c = 0; c < k; ++c) ASSERT_EQ(weight_at(view, r, c), weight_at(want, r, c));
-  EXPECT_THROW(p.rows(8, 4), Error);  // panels cannot start mid-panel
-  EXPECT_THROW(pack_panels(p, packed.data()), Error);
+  for (bool pairs : {false, true}) {
+    std::vector<uint16_t> packed(panel_bytes(n, k) / 2, 0xffff);
+    const WeightMatrix p = pack_panels(rows, packed.data(), pairs);
+    ASSERT_TRUE(p.panels);
+    ASSERT_EQ(p.pairs, pairs);
+    std::vector<char> seen(packed.size(), 0);
+    for (int r = 0; r < n; ++r)
+      for (int c = 0; c < k; ++c) {
+        ASSERT_EQ(weight_at(p, r, c), weight_at(rows, r, c)) << pairs << " " << r << "," << c;
+        seen[size_t(panel_index(pairs, k, r, c))] = 1;
+      }
+    // Every slot that holds no element (padding rows, the pair layout's pad column) is zero.
+    const size_t used = size_t((n + kPanelRows - 1) / kPanelRows) * size_t(panel_stride(pairs, k));
+    for (size_t i = 0; i < used; ++i) {
+      if (!seen[i]) {
+        ASSERT_EQ(packed[i], 0) << "pairs=" << pairs << " padding slot " << i;
+      }
+    }
+    if (pairs) {  // the pair layout: r0(k) r0(k+1) r1(k) ... within each 64-byte k-pair slice
+      ASSERT_EQ(packed[3], wb[size_t(1) * k + 1]);
+    }
+    const WeightMatrix view = p.rows(32, 21), want = rows.rows(32, 21);
+    for (int r = 0; r < 21; ++r)
+      for (int c = 0; c < k; ++c) ASSERT_EQ(weight_at(view, r, c), weight_at(want, r, c));
+    EXPECT_THROW(p.rows(8, 4), Error);  // panels cannot start mid-panel
+    EXPECT_THROW(pack_panels(p, packed.data(), pairs), Error);
+  }
 }
 
 TEST(Gemm, OneDnnBf16IsExactOrRefusedClearly) {
@@ -162,6 +210,7 @@ TEST(Gemm, F32RowsAreBatchInvariantOnEveryBackend) {
   WeightMatrix w{DType::F32, n, k, k, wf.data()};
   std::vector<GemmBackend> backends = {GemmBackend::Reference, GemmBackend::OneDnn};
   if (cpu_features().avx2 && cpu_features().fma) backends.push_back(GemmBackend::Avx2);
+  if (has_avx512bf16()) backends.push_back(GemmBackend::Avx512Bf16);
   for (GemmBackend b : backends) {
     set_gemm_backend(b);
     std::vector<float> one(static_cast<size_t>(n)), all(static_cast<size_t>(m * n));

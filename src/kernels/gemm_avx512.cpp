@@ -1,0 +1,197 @@
+// AVX512-BF16 matrix products for bf16 weights in pair panels (see pack_panels in gemm.h).
+//
+// vdpbf16ps multiplies 16 pairs of bf16 values and adds both products of each pair into one f32
+// lane: with a pair panel's 64-byte k-pair slice (16 rows x (k, k+1)) and one row of x broadcast
+// as its (x_k, x_k+1) pair, one instruction does 32 multiply-adds, with no widening. The rows of
+// x are rounded to bf16 once per call (round to nearest even), as the matrix units need; the sums
+// stay in f32. Every m runs one broadcast-x outer-product kernel over NP (1 or 2) panels and up
+// to 12 rows of x (24 accumulators of the 32 zmm registers); decode (m = 1) keeps four k-phases in
+// flight instead, so that the adds do not wait on their own latency.
+//
+// Built with AVX-512 flags; only called on CPUs that have AVX512F, AVX512BW and AVX512_BF16.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/buffer.h"
+#include "core/thread_pool.h"
+#include "kernels/gemm.h"
+
+namespace dspark::detail {
+namespace {
+
+#define DSPARK_UNROLL _Pragma("GCC unroll 16")
+
+constexpr int kPanel = kPanelRows;  // W rows per panel: one zmm of f32 outputs
+constexpr int kMaxRows = 12;        // rows of x per register block (2 panels x 12 = 24 accumulators)
+constexpr int kSmallM = 16;         // up to this m, a panel meets every row of x over the whole k range
+constexpr int kSmallPanelsPerTask = 8;
+constexpr int64_t kKcPairs = 128;   // prefill: k-pairs per block (2 panels x 128 x 64 B = 16 KiB in L1)
+constexpr int kMc = 96;             // prefill: rows of x per block (96 x 256 x 2 B = 48 KiB in L2)
+constexpr int kPanelsPerTask = 4;   // prefill: panels per task
+
+inline __mmask16 col_mask(int cols) { return cols >= kPanel ? __mmask16(0xffff) : __mmask16((1u << cols) - 1); }
+
+inline void store_out(float* y, __m512 v, int cols, bool store) {
+  const __mmask16 mk = col_mask(cols);
+  if (!store) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, y));
+  _mm512_mask_storeu_ps(y, mk, v);
+}
+
+// y[MR, NP*16] (+)= x[MR, 2*kp] . panels[kp pairs]: `xp` holds each row of x as bf16 pairs
+// (row stride ldx 32-bit words), `panel` the first panel's slice at the first pair, the next panel
+// `pstride` words further. `pf` (optional) is prefetched one 64-byte line per pair and panel.
+template <int MR, int NP>
+void pair_micro(const uint32_t* xp, int64_t ldx, const uint32_t* panel, int64_t pstride, int64_t kp, float* y,
+                int64_t ldy, int cols_last, bool store, const char* pf) {
+  __m512 acc[NP][MR];
+  DSPARK_UNROLL
+  for (int p = 0; p < NP; ++p)
+    DSPARK_UNROLL
+    for (int i = 0; i < MR; ++i) acc[p][i] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < kp; ++j) {
+    if (pf) {
+      DSPARK_UNROLL
+      for (int p = 0; p < NP; ++p) _mm_prefetch(pf + (p * pstride + j * kPanel) * 4, _MM_HINT_T0);
+    }
+    __m512bh w[NP];
+    DSPARK_UNROLL
+    for (int p = 0; p < NP; ++p) w[p] = (__m512bh)_mm512_loadu_si512(panel + p * pstride + j * kPanel);
+    DSPARK_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(xp[i * ldx + j]));
+      DSPARK_UNROLL
+      for (int p = 0; p < NP; ++p) acc[p][i] = _mm512_dpbf16_ps(acc[p][i], w[p], a);
+    }
+  }
+  DSPARK_UNROLL
+  for (int i = 0; i < MR; ++i)
+    DSPARK_UNROLL
+    for (int p = 0; p < NP; ++p) store_out(y + i * ldy + p * kPanel, acc[p][i], p == NP - 1 ? cols_last : kPanel, store);
+}
+
+// m == 1: four k-phases per panel, summed at the end.
+template <int NP>
+void pair_single(const uint32_t* xp, const uint32_t* panel, int64_t pstride, int64_t kp, float* y, int cols_last,
+                 bool store) {
+  __m512 acc[NP][4];
+  DSPARK_UNROLL
+  for (int p = 0; p < NP; ++p)
+    DSPARK_UNROLL
+    for (int u = 0; u < 4; ++u) acc[p][u] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 4 <= kp; j += 4) {
+    DSPARK_UNROLL
+    for (int u = 0; u < 4; ++u) {
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(xp[j + u]));
+      DSPARK_UNROLL
+      for (int p = 0; p < NP; ++p)
+        acc[p][u] = _mm512_dpbf16_ps(acc[p][u], (__m512bh)_mm512_loadu_si512(panel + p * pstride + (j + u) * kPanel), a);
+    }
+  }
+  for (; j < kp; ++j) {
+    const __m512bh a = (__m512bh)_mm512_set1_epi32(int(xp[j]));
+    DSPARK_UNROLL
+    for (int p = 0; p < NP; ++p)
+      acc[p][0] = _mm512_dpbf16_ps(acc[p][0], (__m512bh)_mm512_loadu_si512(panel + p * pstride + j * kPanel), a);
+  }
+  DSPARK_UNROLL
+  for (int p = 0; p < NP; ++p)
+    store_out(y + p * kPanel, _mm512_add_ps(_mm512_add_ps(acc[p][0], acc[p][1]), _mm512_add_ps(acc[p][2], acc[p][3])),
+              p == NP - 1 ? cols_last : kPanel, store);
+}
+
+template <int NP>
+void pair_block(int mr, const uint32_t* xp, int64_t ldx, const uint32_t* panel, int64_t pstride, int64_t kp, float* y,
+                int64_t ldy, int cols_last, bool store, const char* pf) {
+  switch (mr) {
+#define DSPARK_CASE(R) \
+  case R: return pair_micro<R, NP>(xp, ldx, panel, pstride, kp, y, ldy, cols_last, store, pf);
+    DSPARK_CASE(12) DSPARK_CASE(11) DSPARK_CASE(10) DSPARK_CASE(9) DSPARK_CASE(8) DSPARK_CASE(7)
+    DSPARK_CASE(6) DSPARK_CASE(5) DSPARK_CASE(4) DSPARK_CASE(3) DSPARK_CASE(2)
+#undef DSPARK_CASE
+    default: return pair_micro<1, NP>(xp, ldx, panel, pstride, kp, y, ldy, cols_last, store, pf);
+  }
+}
+
+// Register blocks of at most kMaxRows rows, as even as possible (13 -> 7 + 6, not 12 + 1).
+inline int block_rows(int left) {
+  const int blocks = (left + kMaxRows - 1) / kMaxRows;
+  return (left + blocks - 1) / blocks;
+}
+
+}  // namespace
+
+void gemm_avx512bf16(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
+                     bool accumulate) {
+  const int64_t K = w.k, kp = (K + 1) / 2;  // k-pairs; an odd k is padded with a zero weight
+  const int panels = (w.n + kPanel - 1) / kPanel;
+  const int64_t pstride = kp * kPanel;  // 32-bit words per panel
+  const auto* base = static_cast<const uint32_t*>(w.data);
+  // x as bf16 pairs, a zero in the pad slot of an odd k (the pad weight is zero too, but 0 * NaN is not).
+  thread_local Buffer<uint16_t> xb;
+  xb.resize(size_t(m) * size_t(2 * kp));
+  for (int i = 0; i < m; ++i) {
+    const float* src = x + i * ldx;
+    uint16_t* dst = xb.data() + size_t(i) * size_t(2 * kp);
+    int64_t c = 0;
+    for (; c + 16 <= K; c += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + c), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + c)));
+    if (c < K) {
+      const __mmask16 mk = __mmask16((1u << (K - c)) - 1);
+      _mm256_mask_storeu_epi16(dst + c, mk, (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(mk, src + c)));
+    }
+    if (K & 1) dst[K] = 0;
+  }
+  const auto* xp = reinterpret_cast<const uint32_t*>(xb.data());
+  const int64_t ldxp = kp;
+  // Panels [p, p + np) against rows [i0, i1) of x over k-pairs [j0, j0 + jn).
+  auto run = [&](int p, int np, int i0, int i1, int64_t j0, int64_t jn, bool store, const char* pf) {
+    const int n0 = p * kPanel, cols_last = w.n - (p + np - 1) * kPanel;
+    const uint32_t* panel = base + int64_t(p) * pstride + j0 * kPanel;
+    for (int i = i0; i < i1;) {
+      const int mr = block_rows(i1 - i);
+      const uint32_t* xr = xp + i * ldxp + j0;
+      float* yr = y + i * ldy + n0;
+      if (mr == 1 && i1 - i0 == 1 && jn >= 4) {
+        if (np == 2) pair_single<2>(xr, panel, pstride, jn, yr, cols_last, store);
+        else pair_single<1>(xr, panel, pstride, jn, yr, cols_last, store);
+      } else if (np == 2) {
+        pair_block<2>(mr, xr, ldxp, panel, pstride, jn, yr, ldy, cols_last, store, i == i0 ? pf : nullptr);
+      } else {
+        pair_block<1>(mr, xr, ldxp, panel, pstride, jn, yr, ldy, cols_last, store, i == i0 ? pf : nullptr);
+      }
+      i += mr;
+    }
+  };
+  if (m <= kSmallM) {
+    // Decode and verification: each pair of panels is read once, over the whole k range, and meets
+    // every row of x; with several rows the first block prefetches the next pair of panels.
+    const int tasks = (panels + kSmallPanelsPerTask - 1) / kSmallPanelsPerTask;
+    parallel_for(tasks, [&](int t) {
+      const int p1 = std::min(panels, (t + 1) * kSmallPanelsPerTask);
+      for (int p = t * kSmallPanelsPerTask; p < p1; p += 2) {
+        const int np = std::min(2, p1 - p);
+        const char* pf = m > 1 && p + np < panels ? reinterpret_cast<const char*>(base + int64_t(p + np) * pstride) : nullptr;
+        run(p, np, 0, m, 0, kp, !accumulate, pf);
+      }
+    });
+    return;
+  }
+  // Prefill: k blocks whose slice of a pair of panels stays in L1 while blocks of x stream past.
+  const int groups = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
+  parallel_for(groups, [&](int g) {
+    const int p0 = g * kPanelsPerTask, p1 = std::min(panels, p0 + kPanelsPerTask);
+    for (int64_t j0 = 0; j0 < kp; j0 += kKcPairs) {
+      const int64_t jn = std::min(kKcPairs, kp - j0);
+      const bool store = j0 == 0 && !accumulate;
+      for (int m0 = 0; m0 < m; m0 += kMc) {
+        const int m1 = std::min(m, m0 + kMc);
+        for (int p = p0; p < p1; p += 2) run(p, std::min(2, p1 - p), m0, m1, j0, jn, store, nullptr);
+      }
+    }
+  });
+}
+
+}  // namespace dspark::detail

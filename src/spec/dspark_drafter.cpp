@@ -28,11 +28,14 @@ class DsparkDrafter : public Drafter {
     if (r > 0) {
       w1_ = a.matrix(src, "markov_head.markov_w1.weight", V, r);
       w2_ = a.matrix(src, "markov_head.markov_w2.weight", V, r);
+      a.pack(w2_);  // W2 is only multiplied (one row per drafted token); W1 is read by row
       if (cfg.markov_head_type == "gated") {
         gate_ = a.matrix(src, "markov_head.gate_proj.weight", r, H + r);
+        a.pack(gate_);
         gate_bias_ = a.vector(src, "markov_head.gate_proj.bias", r);
       } else if (cfg.markov_head_type == "rnn") {
         joint_ = a.matrix(src, "markov_head.joint_proj.weight", 3 * r, 2 * r + H);
+        a.pack(joint_);
         joint_bias_ = a.vector(src, "markov_head.joint_proj.bias", 3 * r);
       }
     }

@@ -9,8 +9,8 @@
 #
 # Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 6000),
 # METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 20), STEPS (optimizer steps of DSpark
-# and DFlash, 500), EAGLE3_STEPS (150: an unrolled EAGLE-3 step costs about 4x a DSpark step on
-# this data, so 150 of them take at least the training time of 500 DSpark steps), BATCH
+# and DFlash, 800), EAGLE3_STEPS (240: an unrolled EAGLE-3 step costs about 4x a DSpark step on
+# this data, so 240 of them take at least the training time of 800 DSpark steps), BATCH
 # (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (1).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,8 +19,8 @@ TARGET=${2:-models/demo}
 CORPUS=${3:-build/demo-target/corpus}
 BIN=${BIN:-build}
 PROMPTS=${PROMPTS:-6000}
-STEPS=${STEPS:-500}
-EAGLE3_STEPS=${EAGLE3_STEPS:-150}
+STEPS=${STEPS:-800}
+EAGLE3_STEPS=${EAGLE3_STEPS:-240}
 ANCHORS=${ANCHORS:-64}
 DRAFTS=${DRAFTS:-8}
 LAYERS=${LAYERS:-1}

@@ -28,8 +28,9 @@ GemmBackend pick_auto() {
     if (v == "reference") return GemmBackend::Reference;
     if (v == "avx2" && f.avx2 && f.fma) return GemmBackend::Avx2;
   }
-  // oneDNN is not the default: with weights in rows it measured 100x slower than the pair-panel
-  // kernel at decode and verification sizes (docs/performance.md).
+  // oneDNN is not the default: with weights in rows, the demo target's decode step took 4.6x the
+  // pair-panel kernel's time on an idle machine and ~100x with another process on the cores,
+  // where its OpenMP barrier waits for descheduled threads (docs/performance.md).
   if (avx512bf16_ok()) return GemmBackend::Avx512Bf16;
   if (f.avx2 && f.fma) return GemmBackend::Avx2;
   return GemmBackend::Reference;

@@ -24,9 +24,11 @@ $(BUILD)/demo-model/config.json: | build
 
 DEMO_DRAFTER ?= models/demo-dspark
 DEMO_SPEC = {"model": "$(DEMO_DRAFTER)", "method": "dspark", "num_speculative_tokens": 8, "draft_sample_method": "probabilistic", "rejection_sample_method": "block"}
+DEMO_SPEC_SCHED = {"model": "$(DEMO_DRAFTER)", "method": "dspark", "num_speculative_tokens": 8, "draft_sample_method": "probabilistic", "rejection_sample_method": "block", "enable_adaptive_verification": true}
 
 # The demo target answers a prompt; with the committed DSpark drafter it then answers again with
-# speculative decoding, and benchmarks plain against speculative decoding on held-out math prompts.
+# speculative decoding, and benchmarks plain against speculative decoding on held-out math prompts:
+# full 8-token blocks, then with the hardware-aware prefix scheduler choosing each round's length.
 demo: build $(if $(wildcard models/demo/config.json),,$(BUILD)/demo-model/config.json)
 	$(BUILD)/dspark generate --model $(DEMO_MODEL) --chat --prompt "$(DEMO_PROMPT)" --max-tokens 128
 ifneq ($(wildcard $(DEMO_DRAFTER)/config.json),)
@@ -35,6 +37,9 @@ ifneq ($(wildcard $(DEMO_DRAFTER)/config.json),)
 	  --speculative-config '$(DEMO_SPEC)'
 	@echo; echo "== plain vs DSpark on held-out math prompts (single stream, bf16) =="
 	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC)' \
+	  --prompts $(DEMO_DRAFTER)/math_prompts.jsonl --max-tokens 128
+	@echo; echo "== the same with the prefix scheduler (enable_adaptive_verification) =="
+	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC_SCHED)' \
 	  --prompts $(DEMO_DRAFTER)/math_prompts.jsonl --max-tokens 128
 endif
 

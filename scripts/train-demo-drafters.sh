@@ -67,14 +67,20 @@ EOF
     --limit 48 --max-tokens 96 --json > "$WORK/calibration.json"
 fi
 
-# 5. Accepted length and speedup per domain on the corpus' held-out prompts, at T=0 and T=1.
-for method in $METHODS; do
+# 5. Accepted length and speedup per domain on the corpus' held-out prompts, at T=0 and T=1: every
+#    drafter verifying full blocks, then DSpark again with the hardware-aware prefix scheduler
+#    choosing each round's length (its cost curve profiled on this machine at load), "dspark_sched".
+runs=$METHODS
+case " $METHODS " in *" dspark "*) runs="$runs dspark_sched" ;; esac
+for run in $runs; do
+  method=${run%_sched}
   extra=""
   [ "$method" = dspark ] && extra=', "rejection_sample_method": "block"'
+  [ "$run" = dspark_sched ] && extra="$extra"', "enable_adaptive_verification": true'
   cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\"$extra}"
   for temp in 0 1; do
     for domain in math translation prose instructions code; do
-      out="$WORK/bench-$method-T$temp-$domain.json"
+      out="$WORK/bench-$run-T$temp-$domain.json"
       [ -f "$out" ] && continue
       raw=()
       [ "$domain" = code ] && raw=(--raw)
@@ -82,20 +88,6 @@ for method in $METHODS; do
         --prompts "$CORPUS/prompts/$domain.jsonl" --limit "$BENCH_PROMPTS" --max-tokens 96 --temperature "$temp" \
         "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
     done
-  done
-done
-# 5b. DSpark with the hardware-aware prefix scheduler choosing the verification lengths (its cost
-#     curve profiled on this machine at load): same prompts, accepted length and speedup.
-for temp in 0 1; do
-  for domain in math translation prose instructions code; do
-    out="$WORK/bench-dspark_sched-T$temp-$domain.json"
-    [ -f "$out" ] && continue
-    raw=()
-    [ "$domain" = code ] && raw=(--raw)
-    cfg="{\"model\": \"$WORK/dspark/drafter\", \"method\": \"dspark\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\", \"rejection_sample_method\": \"block\", \"enable_adaptive_verification\": true}"
-    "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" \
-      --prompts "$CORPUS/prompts/$domain.jsonl" --limit "$BENCH_PROMPTS" --max-tokens 96 --temperature "$temp" \
-      "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
   done
 done
 

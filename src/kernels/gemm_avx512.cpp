@@ -53,7 +53,7 @@ void pair_micro(const uint32_t* xp, int64_t ldx, const uint32_t* panel, int64_t 
   for (int64_t j = 0; j < kp; ++j) {
     if (pf) {
       DSPARK_UNROLL
-      for (int p = 0; p < NP; ++p) _mm_prefetch(pf + (p * pstride + j * kPanel) * 4, _MM_HINT_T0);
+      for (int p = 0; p < NP; ++p) _mm_prefetch(pf + (p * pstride + j * kPanel) * 4, _MM_HINT_T1);
     }
     __m512bh w[NP];
     DSPARK_UNROLL

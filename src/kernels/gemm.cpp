@@ -11,28 +11,32 @@
 
 namespace dspark {
 
-namespace {
-
-bool avx512bf16_ok() {
+bool gemm_backend_available(GemmBackend b) {
   const CpuFeatures& f = cpu_features();
-  return f.avx512f && f.avx512bw && f.avx512_bf16 && f.avx2 && f.fma;
+  switch (b) {
+    case GemmBackend::Avx2: return f.avx2 && f.fma;
+    // Its kernels also use the AVX2 ones (f32 weights, bf16 rows) and 256-bit masked AVX-512 stores.
+    case GemmBackend::Avx512Bf16: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_bf16 && f.avx2 && f.fma;
+    default: return true;
+  }
 }
 
+namespace {
+
 GemmBackend pick_auto() {
-  const CpuFeatures& f = cpu_features();
-  // DSPARK_GEMM=avx2|onednn|reference overrides the choice (benchmarks, and testing every backend on one machine).
+  // DSPARK_GEMM=avx2|avx512bf16|onednn|reference overrides the choice (benchmarks, and testing every backend on one machine).
   if (const char* env = std::getenv("DSPARK_GEMM")) {
     const std::string v = env;
     if (v == "onednn") return GemmBackend::OneDnn;
-    if (v == "avx512bf16" && avx512bf16_ok()) return GemmBackend::Avx512Bf16;
+    if (v == "avx512bf16" && gemm_backend_available(GemmBackend::Avx512Bf16)) return GemmBackend::Avx512Bf16;
     if (v == "reference") return GemmBackend::Reference;
-    if (v == "avx2" && f.avx2 && f.fma) return GemmBackend::Avx2;
+    if (v == "avx2" && gemm_backend_available(GemmBackend::Avx2)) return GemmBackend::Avx2;
   }
   // oneDNN is not the default: with weights in rows, the demo target's decode step took 4.6x the
   // pair-panel kernel's time on an idle machine and ~100x with another process on the cores,
   // where its OpenMP barrier waits for descheduled threads (docs/performance.md).
-  if (avx512bf16_ok()) return GemmBackend::Avx512Bf16;
-  if (f.avx2 && f.fma) return GemmBackend::Avx2;
+  if (gemm_backend_available(GemmBackend::Avx512Bf16)) return GemmBackend::Avx512Bf16;
+  if (gemm_backend_available(GemmBackend::Avx2)) return GemmBackend::Avx2;
   return GemmBackend::Reference;
 }
 
@@ -98,10 +102,10 @@ const char* gemm_backend_name(GemmBackend b) {
 
 void set_gemm_backend(GemmBackend b) {
   if (b == GemmBackend::Auto) b = pick_auto();
-  if (b == GemmBackend::Avx2 && !(cpu_features().avx2 && cpu_features().fma))
+  if (b == GemmBackend::Avx2 && !gemm_backend_available(b))
     fail("gemm backend avx2 needs a CPU with AVX2 and FMA");
-  if (b == GemmBackend::Avx512Bf16 && !avx512bf16_ok())
-    fail("gemm backend avx512bf16 needs a CPU with AVX512F, AVX512BW and AVX512_BF16");
+  if (b == GemmBackend::Avx512Bf16 && !gemm_backend_available(b))
+    fail("gemm backend avx512bf16 needs a CPU with AVX512F, AVX512BW, AVX512VL and AVX512_BF16");
   current() = b;
 }
 
@@ -113,7 +117,7 @@ void gemm(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, i
   // Panels are read by the kernels of their layout, whatever the backend is now (it may have been
   // switched after loading); pair panels without AVX512-BF16 only by the reference loops.
   if (w.panels && w.pairs) {
-    if (avx512bf16_ok() && current() != GemmBackend::Reference) return detail::gemm_avx512bf16(x, m, ldx, w, y, ldy, accumulate);
+    if (gemm_backend_available(GemmBackend::Avx512Bf16) && current() != GemmBackend::Reference) return detail::gemm_avx512bf16(x, m, ldx, w, y, ldy, accumulate);
     return detail::gemm_reference(x, m, ldx, w, y, ldy, accumulate);
   }
   switch (current()) {
@@ -126,7 +130,7 @@ void gemm(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, i
       // f32 weights stay on the dot kernel: its result for a row does not depend on how many rows are in
       // the batch, which the f32 mode's token-identical speculative greedy decoding relies on. oneDNN
       // chooses its blocking (and so its summation order) by shape.
-      if (w.dtype != DType::BF16 && cpu_features().avx2 && cpu_features().fma)
+      if (w.dtype != DType::BF16 && gemm_backend_available(GemmBackend::Avx2))
         return detail::gemm_avx2(x, m, ldx, w, y, ldy, accumulate);
       return detail::gemm_onednn(x, m, ldx, w, y, ldy, accumulate);
     default:

@@ -65,6 +65,9 @@ enum class GemmBackend {
 };
 
 const char* gemm_backend_name(GemmBackend b);
+// Whether this CPU can run backend `b` (Reference, OneDnn and Auto always can: oneDNN refuses
+// products it cannot do with an Error of its own).
+bool gemm_backend_available(GemmBackend b);
 // Sets the backend used by gemm() (for tests and benchmarks). Throws Error if the CPU lacks it.
 void set_gemm_backend(GemmBackend b);
 GemmBackend gemm_backend();  // the backend gemm() uses now (never Auto)

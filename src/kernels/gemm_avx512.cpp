@@ -8,7 +8,7 @@
 // to 12 rows of x (24 accumulators of the 32 zmm registers); decode (m = 1) keeps four k-phases in
 // flight instead, so that the adds do not wait on their own latency.
 //
-// Built with AVX-512 flags; only called on CPUs that have AVX512F, AVX512BW and AVX512_BF16.
+// Built with AVX-512 flags; only called where gemm_backend_available(GemmBackend::Avx512Bf16).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -154,7 +154,7 @@ void gemm_avx512bf16(const float* x, int m, int64_t ldx, const WeightMatrix& w, 
       const int mr = block_rows(i1 - i);
       const uint32_t* xr = xp + i * ldxp + j0;
       float* yr = y + i * ldy + n0;
-      if (mr == 1 && i1 - i0 == 1 && jn >= 4) {
+      if (i1 - i0 == 1) {
         if (np == 2) pair_single<2>(xr, panel, pstride, jn, yr, cols_last, store);
         else pair_single<1>(xr, panel, pstride, jn, yr, cols_last, store);
       } else if (np == 2) {

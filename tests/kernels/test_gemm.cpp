@@ -20,10 +20,7 @@ struct Case {
   bool pairs = false;   // with panels: the AVX512-BF16 pair layout, read by gemm_avx512bf16
 };
 
-bool has_avx512bf16() {
-  const CpuFeatures& f = cpu_features();
-  return f.avx512f && f.avx512bw && f.avx512_bf16 && f.avx2 && f.fma;
-}
+bool has_avx512bf16() { return gemm_backend_available(GemmBackend::Avx512Bf16); }
 
 // The same product in double precision, from the weights exactly as stored (and x rounded to
 // bf16 first when `bf16_x`: the AVX512-BF16 kernels' contract).

@@ -23,8 +23,9 @@ $(BUILD)/demo-model/config.json: | build
 	$(BUILD)/dspark model init --shape tiny-qwen3 --out $(BUILD)/demo-model --std 0.3
 
 DEMO_DRAFTER ?= models/demo-dspark
-DEMO_SPEC = {"model": "$(DEMO_DRAFTER)", "method": "dspark", "num_speculative_tokens": 8, "draft_sample_method": "probabilistic", "rejection_sample_method": "block"}
-DEMO_SPEC_SCHED = {"model": "$(DEMO_DRAFTER)", "method": "dspark", "num_speculative_tokens": 8, "draft_sample_method": "probabilistic", "rejection_sample_method": "block", "enable_adaptive_verification": true}
+DEMO_SPEC_FIELDS = "model": "$(DEMO_DRAFTER)", "method": "dspark", "num_speculative_tokens": 8, "draft_sample_method": "probabilistic", "rejection_sample_method": "block"
+DEMO_SPEC = {$(DEMO_SPEC_FIELDS)}
+DEMO_SPEC_SCHED = {$(DEMO_SPEC_FIELDS), "enable_adaptive_verification": true}
 
 # The demo target answers a prompt; with the committed DSpark drafter it then answers again with
 # speculative decoding, and benchmarks plain against speculative decoding on held-out math prompts:

@@ -67,6 +67,8 @@ void embed_rows(const void* table, DType dtype, int dim, const int32_t* ids, int
 }
 
 int argmax(const float* x, int n) {
+  // x[0] NaN: the scalar rule below never moves off it; the AVX2 pass skips NaNs, so keep it scalar.
+  if (use_avx2() && n >= 16 && !std::isnan(x[0])) return detail::argmax_avx2(x, n);
   int best = 0;
   for (int i = 1; i < n; ++i)
     if (x[i] > x[best]) best = i;

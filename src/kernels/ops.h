@@ -22,11 +22,13 @@ void silu_mul(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, i
 void embed_rows(const void* table, DType dtype, int dim, const int32_t* ids, int rows, float* out,
                 int64_t ldo);
 
-// Returns the index of the largest value (the first one on ties).
+// Returns the index of the largest value (the first one on ties). NaNs after x[0] are skipped;
+// a NaN x[0] is returned (index 0), as the plain loop `if (x[i] > x[best]) best = i` does.
 int argmax(const float* x, int n);
 
 namespace detail {
 void silu_mul_avx2(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, int rows, int inter);
+int argmax_avx2(const float* x, int n);
 void rmsnorm_avx2(const float* x, int64_t ldx, const float* weight, float* y, int64_t ldy, int rows,
                   int dim, float eps);
 }  // namespace detail

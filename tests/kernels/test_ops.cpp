@@ -64,5 +64,41 @@ TEST(Ops, RopeRotatesPairsHalfApart) {
     }
 }
 
+// The plain rule argmax() must reproduce on every CPU path.
+int argmax_rule(const std::vector<float>& x) {
+  int best = 0;
+  for (int i = 1; i < int(x.size()); ++i)
+    if (x[size_t(i)] > x[size_t(best)]) best = i;
+  return best;
+}
+
+TEST(Ops, ArgmaxMatchesTheFirstLargestRule) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  const float nan = std::nanf(""), inf = INFINITY;
+  int cases = 0;
+  for (int n : {1, 7, 8, 15, 16, 17, 31, 33, 100, 8192, 8195}) {
+    for (int trial = 0; trial < 40; ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      // Few distinct values in some trials, so ties are common.
+      for (auto& v : x) v = trial % 4 == 0 ? float(int(nd(rng) * 2)) : nd(rng);
+      std::uniform_int_distribution<int> at(0, n - 1);
+      if (trial % 5 == 1) x[size_t(at(rng))] = nan;
+      if (trial % 5 == 2) std::fill(x.begin(), x.end(), -inf);
+      if (trial % 5 == 3) x[0] = nan;
+      if (trial % 7 == 4) x[size_t(n - 1)] = inf;
+      if (trial % 9 == 5) {  // the maximum twice, at random places
+        const float top = 1e6f;
+        x[size_t(at(rng))] = top;
+        x[size_t(at(rng))] = top;
+      }
+      if (trial % 11 == 6) x[size_t(at(rng))] = -0.f, x[size_t(at(rng))] = 0.f;
+      ASSERT_EQ(argmax(x.data(), n), argmax_rule(x)) << "n " << n << " trial " << trial;
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 11 * 40);
+}
+
 }  // namespace
 }  // namespace dspark

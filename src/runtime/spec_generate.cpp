@@ -178,10 +178,15 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
     req.logits = true;
     req.logits_last = -1;
     const ForwardOutput& out = fwd.run(b, req);
-    for (int i = 0; i <= l; ++i) sampler.dense(out.logits_row(i), V, params.sampling, probs.data() + int64_t(i) * V);
-    VerifyInput vin{V, std::span<const int32_t>(draft.tokens.data(), size_t(l)), draft.q.empty() ? nullptr : draft.q.data(),
-                    probs.data()};
-    const VerifyResult vr = verify(spec.rejection, params.sampling.greedy(), vin, VerifyRng{&accept_rng, &residual_rng});
+    const std::span<const int32_t> drafts(draft.tokens.data(), size_t(l));
+    VerifyResult vr;
+    if (params.sampling.greedy()) {
+      vr = verify_greedy_logits(drafts, out.logits_row(0), V, V);  // argmax per row; no distributions
+    } else {
+      for (int i = 0; i <= l; ++i) sampler.dense(out.logits_row(i), V, params.sampling, probs.data() + int64_t(i) * V);
+      const VerifyInput vin{V, drafts, draft.q.empty() ? nullptr : draft.q.data(), probs.data()};
+      vr = verify(spec.rejection, false, vin, VerifyRng{&accept_rng, &residual_rng});
+    }
     m.verify_seconds += now_seconds() - t;
 
     // 3. Commit: the anchor and the accepted drafts keep their KV rows and feed the drafter.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 
 namespace dspark {
 
@@ -60,13 +61,14 @@ const float* p_row(const VerifyInput& in, int i) { return in.p + int64_t(i) * in
 
 }  // namespace
 
-VerifyResult verify_greedy(const VerifyInput& in) {
+VerifyResult verify_greedy(const VerifyInput& in) { return verify_greedy_logits(in.draft, in.p, in.vocab, in.vocab); }
+
+VerifyResult verify_greedy_logits(std::span<const int32_t> draft, const float* logits, int64_t ld, int vocab) {
   VerifyResult r;
-  const int l = int(in.draft.size());
+  const int l = int(draft.size());
   for (int i = 0; i <= l; ++i) {
-    const float* p = p_row(in, i);
-    const int32_t best = int32_t(std::max_element(p, p + in.vocab) - p);
-    if (i == l || in.draft[size_t(i)] != best) {
+    const int32_t best = argmax(logits + int64_t(i) * ld, vocab);
+    if (i == l || draft[size_t(i)] != best) {
       r.next_token = best;
       return r;
     }

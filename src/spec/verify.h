@@ -37,6 +37,9 @@ struct VerifyRng {
 
 // Greedy (temperature 0): accept while x_i is the target's argmax; then emit the argmax.
 VerifyResult verify_greedy(const VerifyInput& in);
+// The same decision straight from the target's logits rows 1..l+1 (row i at logits + i * ld):
+// no distributions are built, and rows after the first mismatch are never read.
+VerifyResult verify_greedy_logits(std::span<const int32_t> draft, const float* logits, int64_t ld, int vocab);
 // Token-level: accept x_i with probability min(1, p_i(x_i) / q_i(x_i)); at the first rejection
 // sample from norm(max(p_i - q_i, 0)); if all pass, sample the bonus from p_{l+1}.
 VerifyResult verify_token_level(const VerifyInput& in, const VerifyRng& rng);

@@ -5,13 +5,16 @@
 
 #include <functional>
 #include <map>
+#include <random>
 
 #include "../data/test_util.h"
 #include "core/error.h"
 #include "fixtures.h"
+#include "kernels/ops.h"
 #include "model/forward.h"
 #include "runtime/generate.h"
 #include "runtime/spec_generate.h"
+#include "sample/sampler.h"
 #include "spec/drafter.h"
 #include "spec/drafters.h"
 #include "spec/prefix_scheduler.h"
@@ -507,6 +510,35 @@ TEST(Verify, BlockIsNeverWorseThanTokenLevelOnAverage) {
     blk += verify_block(in, {&a2, &r2}).accepted;
   }
   EXPECT_GE(blk / n, tok / n - 0.02) << "block " << blk / n << " token " << tok / n;
+}
+
+TEST(Verify, GreedyFromLogitsMatchesGreedyOnOneHotDistributions) {
+  // Temperature 0 skips building distributions: the decision from the raw logits rows must be the
+  // one verify() makes from the sampler's one-hot rows, for every accepted length 0..l.
+  const int V = 300, l = 5;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  Sampler sampler;
+  SamplingParams greedy;  // temperature 0
+  for (int trial = 0; trial < 60; ++trial) {
+    std::vector<float> logits(size_t(l + 1) * V), onehot(logits.size());
+    for (auto& v : logits) v = trial % 3 == 0 ? float(int(nd(rng))) : nd(rng);  // ties in some trials
+    std::vector<int32_t> best(l + 1), draft(l);
+    for (int i = 0; i <= l; ++i) {
+      sampler.dense(logits.data() + size_t(i) * V, V, greedy, onehot.data() + size_t(i) * V);
+      best[size_t(i)] = argmax(logits.data() + size_t(i) * V, V);
+      ASSERT_EQ(onehot[size_t(i) * V + size_t(best[size_t(i)])], 1.f);
+    }
+    const int agree = trial % (l + 1);  // drafts equal to the argmax up to here, then one that differs
+    for (int i = 0; i < l; ++i) draft[size_t(i)] = i < agree ? best[size_t(i)] : (best[size_t(i)] + 1 + trial) % V;
+    Rng a(1, 2), r(1, 3);
+    const VerifyResult want = verify(RejectionMethod::Block, true, VerifyInput{V, draft, nullptr, onehot.data()}, {&a, &r});
+    const VerifyResult got = verify_greedy_logits(draft, logits.data(), V, V);
+    ASSERT_EQ(got.accepted, agree) << trial;
+    ASSERT_EQ(got.accepted, want.accepted) << trial;
+    ASSERT_EQ(got.next_token, want.next_token) << trial;
+    ASSERT_EQ(got.next_token, best[size_t(agree)]) << trial;
+  }
 }
 
 }  // namespace

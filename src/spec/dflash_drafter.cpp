@@ -40,10 +40,10 @@ class DflashDrafter : public Drafter {
     const int64_t H = bb_.hidden();
     logits_.resize(size_t(k) * size_t(vocab_));
     gemm(h + H, k, H, bb_.lm_head(), logits_.data(), vocab_);  // slots 1..k
-    if (ds.probabilistic) out.q.resize(size_t(k) * size_t(vocab_));
+    if (ds.dense_q()) out.q.resize(size_t(k) * size_t(vocab_));
     for (int i = 0; i < k; ++i) {
       const float* z = logits_.data() + int64_t(i) * vocab_;
-      if (ds.probabilistic) {
+      if (ds.dense_q()) {
         float* q = out.q.data() + int64_t(i) * vocab_;
         sampler_.dense(z, vocab_, ds.params, q);
         out.tokens.push_back(Sampler::draw_dense(q, vocab_, *ds.rng));

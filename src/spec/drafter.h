@@ -27,6 +27,9 @@ struct DraftSampling {
   bool probabilistic = false;  // sample from q (else argmax, q one-hot)
   SamplingParams params;       // the request's temperature / top-k / top-p / min-p
   Rng* rng = nullptr;          // the draft stream (independent of acceptance and residual draws)
+  // Whether drafters build and sample a dense q. At temperature 0 probabilistic drafting is the
+  // argmax with a one-hot q, which Draft::q leaves implicit (empty), so it is skipped.
+  bool dense_q() const { return probabilistic && !params.greedy(); }
 };
 
 // One round's proposal for one sequence.

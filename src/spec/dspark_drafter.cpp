@@ -92,8 +92,7 @@ class DsparkDrafter : public Drafter {
     feat_.resize(size_t(H + 2 * r + 1));
     joint_out_.resize(size_t(3 * std::max<int64_t>(r, 1)));
     state_.assign(size_t(std::max<int64_t>(r, 1)), 0.f);
-    bias_.resize(size_t(V));
-    if (ds.probabilistic) out.q.resize(size_t(k) * size_t(V));
+    if (ds.dense_q()) out.q.resize(size_t(k) * size_t(V));
     int32_t prev = anchor;
     for (int i = 0; i < k; ++i) {
       float* z = logits_.data() + int64_t(i) * V;
@@ -120,8 +119,7 @@ class DsparkDrafter : public Drafter {
           }
           head_in = ge_.data();
         }
-        gemm(head_in, 1, w2_, bias_.data());  // W2 . (W1[x_{k-1}] or its gated / rnn form)
-        for (int64_t v = 0; v < V; ++v) z[v] += bias_[size_t(v)];
+        gemm(head_in, 1, w2_, z, /*accumulate=*/true);  // z += W2 . (W1[x_{k-1}] or its gated / rnn form)
       }
       if (conf_w_) {
         double s = conf_b_;
@@ -133,7 +131,7 @@ class DsparkDrafter : public Drafter {
         out.confidence_logit.push_back(float(s));
       }
       int32_t x;
-      if (ds.probabilistic) {
+      if (ds.dense_q()) {
         float* q = out.q.data() + int64_t(i) * V;
         sampler_.dense(z, int(V), ds.params, q);  // the exact q the verifier will see
         x = Sampler::draw_dense(q, int(V), *ds.rng);
@@ -156,7 +154,7 @@ class DsparkDrafter : public Drafter {
   float conf_b_ = 0;
   Sampler sampler_;
   std::vector<int32_t> block_;
-  Buffer<float> logits_, e_, ge_, feat_, joint_out_, bias_;
+  Buffer<float> logits_, e_, ge_, feat_, joint_out_;
   std::vector<float> state_;
 };
 

@@ -113,7 +113,7 @@ class Eagle3Drafter : public Drafter {
     State& st = states_.at(seq);
     const int64_t H = hidden();
     feature_.assign(st.pending.begin(), st.pending.end());
-    if (ds.probabilistic) out.q.resize(size_t(k) * size_t(vocab_));
+    if (ds.dense_q()) out.q.resize(size_t(k) * size_t(vocab_));
     int32_t token = anchor;
     for (int i = 0; i < k; ++i) {
       // The pair (token, feature) sits at position pos - 1 + i.
@@ -124,7 +124,7 @@ class Eagle3Drafter : public Drafter {
       gemm(hidden_.data(), 1, lm_head_, draft_logits_.data());
       full_.assign(size_t(vocab_), -std::numeric_limits<float>::infinity());
       for (int d = 0; d < draft_vocab_; ++d) full_[size_t(to_target_[size_t(d)])] = draft_logits_[size_t(d)];
-      if (ds.probabilistic) {
+      if (ds.dense_q()) {
         float* q = out.q.data() + int64_t(i) * vocab_;
         sampler_.dense(full_.data(), vocab_, ds.params, q);
         token = Sampler::draw_dense(q, vocab_, *ds.rng);

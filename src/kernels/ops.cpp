@@ -1,5 +1,6 @@
 #include "kernels/ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -73,6 +74,69 @@ int argmax(const float* x, int n) {
   for (int i = 1; i < n; ++i)
     if (x[i] > x[best]) best = i;
   return best;
+}
+
+float max_value(const float* x, int n) {
+  if (use_avx2()) return detail::max_value_avx2(x, n);
+  float m = -INFINITY;
+  for (int i = 0; i < n; ++i)
+    if (x[i] > m) m = x[i];
+  return m;
+}
+
+double exp_shifted(const float* x, int n, float shift, float scale, float* out) {
+  if (use_avx2()) return detail::exp_shifted_avx2(x, n, shift, scale, out);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += (out[i] = std::exp((x[i] - shift) * scale));
+  return sum;
+}
+
+double kept_sum(const float* x, int n, float floor) {
+  if (use_avx2()) return detail::kept_sum_avx2(x, n, floor);
+  double sum = 0;
+  for (int i = 0; i < n; ++i)
+    if (x[i] >= floor && x[i] != 0.f) sum += x[i];
+  return sum;
+}
+
+void kept_scale(float* x, int n, float floor, float s) {
+  if (use_avx2()) return detail::kept_scale_avx2(x, n, floor, s);
+  for (int i = 0; i < n; ++i) x[i] = x[i] >= floor && x[i] != 0.f ? x[i] * s : 0.f;
+}
+
+double residual_mass(const float* p, const float* q, int32_t onehot, double scale, int n) {
+  double sum = 0;
+  if (use_avx2()) {
+    sum = detail::residual_mass_avx2(p, q, scale, n);
+  } else {
+    for (int i = 0; i < n; ++i) sum += std::max(scale * p[i] - (q ? double(q[i]) : 0.0), 0.0);
+  }
+  if (!q && onehot >= 0 && onehot < n)  // that token's term is max(scale p - 1, 0), not max(scale p, 0)
+    sum += std::max(scale * p[onehot] - 1.0, 0.0) - std::max(scale * p[onehot], 0.0);
+  return std::max(sum, 0.0);
+}
+
+int residual_pick(const float* p, const float* q, int32_t onehot, double scale, int n, double target) {
+  auto term = [&](int v) { return std::max(scale * p[v] - (q ? double(q[v]) : v == onehot ? 1.0 : 0.0), 0.0); };
+  constexpr int kBlock = 256;
+  double cum = 0;
+  for (int b = 0; b < n; b += kBlock) {
+    const int e = std::min(n, b + kBlock);
+    const double m = residual_mass(p + b, q ? q + b : nullptr, onehot - b, scale, e - b);
+    if (cum + m <= target) {
+      cum += m;
+      continue;
+    }
+    for (int v = b; v < e; ++v) {
+      const double r = term(v);
+      if (r <= 0) continue;
+      cum += r;
+      if (target < cum) return v;
+    }
+  }
+  for (int v = n - 1; v >= 0; --v)
+    if (term(v) > 0) return v;
+  return -1;
 }
 
 }  // namespace dspark

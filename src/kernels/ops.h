@@ -26,7 +26,31 @@ void embed_rows(const void* table, DType dtype, int dim, const int32_t* ids, int
 // a NaN x[0] is returned (index 0), as the plain loop `if (x[i] > x[best]) best = i` does.
 int argmax(const float* x, int n);
 
+// Softmax building blocks (sampling and verification run them on whole vocabulary rows).
+// The largest non-NaN value of x (-inf when there is none).
+float max_value(const float* x, int n);
+// out[i] = exp((x[i] - shift) * scale); returns their sum, accumulated in double. With AVX2 the
+// exponential is a polynomial with relative error about 2e-7 that gives exactly 0 below
+// exp(-87.3) and exactly 1 at 0.
+double exp_shifted(const float* x, int n, float shift, float scale, float* out);
+// The sum, in double, of the x[i] that are >= floor and not 0 (the tokens a cut keeps).
+double kept_sum(const float* x, int n, float floor);
+// x[i] = x[i] * s where x[i] is kept by the same rule, 0 elsewhere.
+void kept_scale(float* x, int n, float floor, float s);
+// sum_v max(scale * p[v] - q[v], 0), in double: the residual mass of rejection sampling.
+// q == nullptr stands for a one-hot draft distribution on token `onehot` (-1: q = 0).
+double residual_mass(const float* p, const float* q, int32_t onehot, double scale, int n);
+// Inverse-CDF draw over the same terms r_v = max(scale * p[v] - q[v], 0): the first v whose
+// running sum exceeds `target`; if rounding leaves the sum short, the last v with r_v > 0
+// (-1 when there is none). Whole blocks are skipped by their vectorised sums.
+int residual_pick(const float* p, const float* q, int32_t onehot, double scale, int n, double target);
+
 namespace detail {
+double residual_mass_avx2(const float* p, const float* q, double scale, int n);
+float max_value_avx2(const float* x, int n);
+double exp_shifted_avx2(const float* x, int n, float shift, float scale, float* out);
+double kept_sum_avx2(const float* x, int n, float floor);
+void kept_scale_avx2(float* x, int n, float floor, float s);
 void silu_mul_avx2(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, int rows, int inter);
 int argmax_avx2(const float* x, int n);
 void rmsnorm_avx2(const float* x, int64_t ldx, const float* weight, float* y, int64_t ldy, int rows,

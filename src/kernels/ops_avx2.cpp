@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/ops.h"
@@ -66,6 +67,93 @@ int argmax_avx2(const float* x, int n) {
   for (; i < n; ++i)
     if (x[i] == m) return i;
   return 0;
+}
+
+float max_value_avx2(const float* x, int n) {
+  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);  // a NaN in x keeps the running max
+    m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+  }
+  float m = avx2::hmax(_mm256_max_ps(m0, m1));
+  for (; i < n; ++i)
+    if (x[i] > m) m = x[i];
+  return m;
+}
+
+namespace {
+// Adds the 8 floats of v to two double accumulators.
+inline void add_pd(__m256 v, __m256d& lo, __m256d& hi) {
+  lo = _mm256_add_pd(lo, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+  hi = _mm256_add_pd(hi, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+inline double hsum_pd(__m256d a) {
+  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+}  // namespace
+
+double exp_shifted_avx2(const float* x, int n, float shift, float scale, float* out) {
+  const __m256 sh = _mm256_set1_ps(shift), sc = _mm256_set1_ps(scale);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = avx2::exp256(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh), sc));
+    _mm256_storeu_ps(out + i, e);
+    add_pd(e, lo, hi);
+  }
+  double sum = hsum_pd(_mm256_add_pd(lo, hi));
+  if (i < n) {  // the tail through the same exp, so every value comes from one formula
+    alignas(32) float in[8], e[8];
+    for (int j = 0; j < 8; ++j) in[j] = i + j < n ? x[i + j] : shift;
+    _mm256_store_ps(e, avx2::exp256(_mm256_mul_ps(_mm256_sub_ps(_mm256_load_ps(in), sh), sc)));
+    for (int j = 0; i + j < n; ++j) sum += (out[i + j] = e[j]);
+  }
+  return sum;
+}
+
+double kept_sum_avx2(const float* x, int n, float floor) {
+  const __m256 f = _mm256_set1_ps(floor), zero = _mm256_setzero_ps();
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 keep = _mm256_and_ps(_mm256_cmp_ps(v, f, _CMP_GE_OQ), _mm256_cmp_ps(v, zero, _CMP_NEQ_OQ));
+    add_pd(_mm256_and_ps(v, keep), lo, hi);
+  }
+  double sum = hsum_pd(_mm256_add_pd(lo, hi));
+  for (; i < n; ++i)
+    if (x[i] >= floor && x[i] != 0.f) sum += x[i];
+  return sum;
+}
+
+void kept_scale_avx2(float* x, int n, float floor, float s) {
+  const __m256 f = _mm256_set1_ps(floor), zero = _mm256_setzero_ps(), sv = _mm256_set1_ps(s);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 keep = _mm256_and_ps(_mm256_cmp_ps(v, f, _CMP_GE_OQ), _mm256_cmp_ps(v, zero, _CMP_NEQ_OQ));
+    _mm256_storeu_ps(x + i, _mm256_and_ps(_mm256_mul_ps(v, sv), keep));
+  }
+  for (; i < n; ++i) x[i] = x[i] >= floor && x[i] != 0.f ? x[i] * s : 0.f;
+}
+
+double residual_mass_avx2(const float* p, const float* q, double scale, int n) {
+  const __m256d sc = _mm256_set1_pd(scale), zero = _mm256_setzero_pd();
+  __m256d a0 = zero, a1 = zero;
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 pv = _mm256_loadu_ps(p + i);
+    const __m256 qv = q ? _mm256_loadu_ps(q + i) : _mm256_setzero_ps();
+    const __m256d plo = _mm256_cvtps_pd(_mm256_castps256_ps128(pv)), phi = _mm256_cvtps_pd(_mm256_extractf128_ps(pv, 1));
+    const __m256d qlo = _mm256_cvtps_pd(_mm256_castps256_ps128(qv)), qhi = _mm256_cvtps_pd(_mm256_extractf128_ps(qv, 1));
+    a0 = _mm256_add_pd(a0, _mm256_max_pd(_mm256_fmsub_pd(sc, plo, qlo), zero));
+    a1 = _mm256_add_pd(a1, _mm256_max_pd(_mm256_fmsub_pd(sc, phi, qhi), zero));
+  }
+  double sum = hsum_pd(_mm256_add_pd(a0, a1));
+  for (; i < n; ++i) sum += std::max(scale * p[i] - (q ? double(q[i]) : 0.0), 0.0);
+  return sum;
 }
 
 }  // namespace dspark::detail

@@ -21,6 +21,27 @@ float TokenDist::prob_of(int32_t id) const {
   return 0.f;
 }
 
+namespace {
+
+// Whether top-k or top-p can drop tokens by rank (else every token with mass is a candidate).
+bool cuts_by_rank(const SamplingParams& p, int vocab) { return p.top_p < 1.f || (p.top_k > 0 && p.top_k < vocab); }
+
+// Softmax at temperature T over the whole vocabulary into dst.
+void softmax_at(const float* logits, int vocab, float temperature, float* dst) {
+  const float mx = max_value(logits, vocab);
+  const double sum = exp_shifted(logits, vocab, mx, 1.f / temperature, dst);
+  kept_scale(dst, vocab, 0.f, float(1.0 / sum));
+}
+
+// With no cut by rank: min-p (drop tokens below min_p times the most likely one), then
+// renormalise, in place; dropped tokens become 0.
+void keep_above_min_p(float* probs, int vocab, float min_p) {
+  const float floor = min_p * max_value(probs, vocab);
+  kept_scale(probs, vocab, floor, float(1.0 / kept_sum(probs, vocab, floor)));
+}
+
+}  // namespace
+
 void Sampler::distribution(const float* logits, int vocab, const SamplingParams& p, TokenDist& out) {
   out.ids.clear();
   out.probs.clear();
@@ -29,15 +50,18 @@ void Sampler::distribution(const float* logits, int vocab, const SamplingParams&
     out.probs.push_back(1.f);
     return;
   }
-  // Softmax at temperature T over the whole vocabulary.
   probs_.resize(size_t(vocab));
-  float mx = -INFINITY;
-  for (int i = 0; i < vocab; ++i) mx = std::max(mx, logits[i]);
-  const float inv_t = 1.f / p.temperature;
-  double sum = 0;
-  for (int i = 0; i < vocab; ++i) sum += (probs_[size_t(i)] = std::exp((logits[i] - mx) * inv_t));
-  const float inv_sum = float(1.0 / sum);
-  for (int i = 0; i < vocab; ++i) probs_[size_t(i)] *= inv_sum;
+  softmax_at(logits, vocab, p.temperature, probs_.data());
+  if (!cuts_by_rank(p, vocab)) {
+    // Nothing to cut by rank: keep every token, in id order (no sort).
+    keep_above_min_p(probs_.data(), vocab, p.min_p);
+    for (int i = 0; i < vocab; ++i) {
+      if (probs_[size_t(i)] == 0.f) continue;
+      out.ids.push_back(i);
+      out.probs.push_back(probs_[size_t(i)]);
+    }
+    return;
+  }
 
   // Candidates in descending probability. Only as many as needed are sorted: the top k
   // (top-k), or a growing prefix until it holds top_p of the mass.
@@ -49,22 +73,6 @@ void Sampler::distribution(const float* logits, int vocab, const SamplingParams&
   for (int i = 0; i < vocab; ++i) order_[size_t(i)] = i;
   const int limit = p.top_k > 0 ? std::min(p.top_k, vocab) : vocab;
   int kept = limit;
-  if (p.top_p >= 1.f && limit == vocab) {
-    // Nothing to cut by rank: keep every token, in id order (no sort).
-    float mx_p = 0.f;
-    for (int i = 0; i < vocab; ++i) mx_p = std::max(mx_p, probs_[size_t(i)]);
-    const float floor_all = p.min_p * mx_p;
-    double mass = 0;
-    for (int i = 0; i < vocab; ++i) {
-      if (probs_[size_t(i)] < floor_all || probs_[size_t(i)] == 0.f) continue;
-      out.ids.push_back(i);
-      out.probs.push_back(probs_[size_t(i)]);
-      mass += probs_[size_t(i)];
-    }
-    const float renorm_all = float(1.0 / mass);
-    for (float& q : out.probs) q *= renorm_all;
-    return;
-  }
   if (p.top_p >= 1.f) {
     std::partial_sort(order_.begin(), order_.begin() + limit, order_.end(), by_prob);
   } else if (limit < vocab) {
@@ -119,22 +127,19 @@ int32_t Sampler::draw(const TokenDist& dist, Rng& rng) {
 }
 
 void Sampler::dense(const float* logits, int vocab, const SamplingParams& p, float* probs) {
+  if (!p.greedy() && !cuts_by_rank(p, vocab)) {  // straight into the row: the same values distribution() keeps
+    softmax_at(logits, vocab, p.temperature, probs);
+    keep_above_min_p(probs, vocab, p.min_p);
+    return;
+  }
   std::fill(probs, probs + vocab, 0.f);
   distribution(logits, vocab, p, scratch_);
   for (size_t i = 0; i < scratch_.ids.size(); ++i) probs[scratch_.ids[i]] = scratch_.probs[i];
 }
 
 int32_t Sampler::draw_dense(const float* probs, int vocab, Rng& rng) {
-  const double u = rng.uniform();
-  double cum = 0;
-  int32_t last = -1;
-  for (int i = 0; i < vocab; ++i) {
-    if (probs[i] <= 0.f) continue;
-    cum += probs[i];
-    last = i;
-    if (u < cum) return i;
-  }
-  return last;  // rounding: the last token with mass
+  // The first token whose cumulative mass exceeds u; rounding: the last token with mass.
+  return residual_pick(probs, nullptr, -1, 1.0, vocab, rng.uniform());
 }
 
 int32_t Sampler::sample(const float* logits, int vocab, const SamplingParams& p, Rng& rng) {

@@ -21,35 +21,10 @@ float q_at(const VerifyInput& in, int i, int32_t token) {
 // Samples from norm(max(scale * p - q, 0)) over the vocabulary (q one-hot on `onehot_token`
 // when `q` is null); falls back to p when the residual has (almost) no mass.
 int32_t sample_residual(const float* p, const float* q, int32_t onehot_token, double scale, int vocab, Rng& rng) {
-  double mass = 0;
-  for (int v = 0; v < vocab; ++v) {
-    const double qv = q ? q[v] : (v == onehot_token ? 1.0 : 0.0);
-    mass += std::max(scale * p[v] - qv, 0.0);
-  }
+  const double mass = residual_mass(p, q, onehot_token, scale, vocab);
   const double u = rng.uniform();
-  if (mass <= 1e-8) {  // no residual: the target's own distribution
-    double cum = 0;
-    int32_t last = -1;
-    for (int v = 0; v < vocab; ++v) {
-      if (p[v] <= 0) continue;
-      cum += p[v];
-      last = v;
-      if (u < cum) return v;
-    }
-    return last;
-  }
-  const double target = u * mass;
-  double cum = 0;
-  int32_t last = -1;
-  for (int v = 0; v < vocab; ++v) {
-    const double qv = q ? q[v] : (v == onehot_token ? 1.0 : 0.0);
-    const double r = std::max(scale * p[v] - qv, 0.0);
-    if (r <= 0) continue;
-    cum += r;
-    last = v;
-    if (target < cum) return v;
-  }
-  return last;
+  if (mass <= 1e-8) return residual_pick(p, nullptr, -1, 1.0, vocab, u);  // no residual: the target's own distribution
+  return residual_pick(p, q, onehot_token, scale, vocab, u * mass);
 }
 
 int32_t sample_dense(const float* p, int vocab, Rng& rng) {
@@ -98,7 +73,8 @@ VerifyResult verify_token_level(const VerifyInput& in, const VerifyRng& rng) {
 VerifyResult verify_block(const VerifyInput& in, const VerifyRng& rng) {
   const int l = int(in.draft.size());
   // P[i]: running likelihood ratio of the first i drafts, capped at 1 (P[0] = 1).
-  std::vector<double> P(size_t(l) + 1, 1.0);
+  thread_local std::vector<double> P;  // reused: no allocation per round
+  P.assign(size_t(l) + 1, 1.0);
   for (int i = 1; i <= l; ++i) {
     const int32_t x = in.draft[size_t(i - 1)];
     const double qv = q_at(in, i - 1, x);
@@ -114,12 +90,7 @@ VerifyResult verify_block(const VerifyInput& in, const VerifyRng& rng) {
     } else {
       const float* p = p_row(in, i);
       const float* q = q_row(in, i);
-      const int32_t onehot = in.draft[size_t(i)];
-      double R = 0;
-      for (int v = 0; v < in.vocab; ++v) {
-        const double qv = q ? q[v] : (v == onehot ? 1.0 : 0.0);
-        R += std::max(P[size_t(i)] * p[v] - qv, 0.0);
-      }
+      const double R = residual_mass(p, q, in.draft[size_t(i)], P[size_t(i)], in.vocab);
       const double den = R + 1.0 - P[size_t(i)];
       h = den <= 0 ? 1.0 : R / den;
     }

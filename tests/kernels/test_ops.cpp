@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -98,6 +99,76 @@ TEST(Ops, ArgmaxMatchesTheFirstLargestRule) {
     }
   }
   EXPECT_EQ(cases, 11 * 40);
+}
+
+TEST(Ops, SoftmaxPiecesMatchTheirFormulas) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.f, 4.f);
+  for (int n : {1, 8, 13, 64, 8195}) {
+    std::vector<float> x(static_cast<size_t>(n)), e(x.size());
+    for (auto& v : x) v = nd(rng);
+    if (n > 1) x[0] = -200.f;  // exp underflows to exactly 0
+    float mx = -INFINITY;
+    for (float v : x) mx = std::max(mx, v);
+    ASSERT_EQ(max_value(x.data(), n), mx) << n;
+    const double sum = exp_shifted(x.data(), n, mx, 0.5f, e.data());
+    double want_sum = 0;
+    for (int i = 0; i < n; ++i) {
+      const double want = std::exp((double(x[size_t(i)]) - mx) * 0.5);
+      want_sum += want;
+      ASSERT_NEAR(e[size_t(i)], want, 1e-6 * want + 1e-30) << n << " " << i;
+    }
+    if (n > 1) {
+      EXPECT_EQ(e[0], 0.f);
+    }
+    EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << n;
+    const float floor = 0.05f;
+    double kept = 0;
+    for (float v : e) kept += v >= floor && v != 0.f ? v : 0.f;
+    EXPECT_NEAR(kept_sum(e.data(), n, floor), kept, 1e-9 * (kept + 1)) << n;
+    std::vector<float> scaled = e;
+    kept_scale(scaled.data(), n, floor, 3.f);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(scaled[size_t(i)], e[size_t(i)] >= floor ? e[size_t(i)] * 3.f : 0.f) << n << " " << i;
+  }
+  const float nan = std::nanf("");
+  std::vector<float> with_nan(20, 1.f);
+  with_nan[3] = nan, with_nan[11] = 2.f, with_nan[19] = nan;
+  EXPECT_EQ(max_value(with_nan.data(), 20), 2.f);
+}
+
+TEST(Ops, ResidualMassAndPickMatchTheScalarScan) {
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> ud(0.f, 1.f);
+  for (int n : {5, 256, 257, 1000, 8195}) {
+    std::vector<float> p(static_cast<size_t>(n)), q(p.size());
+    for (auto& v : p) v = ud(rng) < 0.3f ? 0.f : ud(rng);  // zeros, as after top-k / min-p
+    for (auto& v : q) v = ud(rng);
+    for (const bool dense_q : {true, false}) {
+      const int32_t onehot = dense_q ? -1 : n / 3;
+      for (const double scale : {1.0, 0.37}) {
+        auto term = [&](int v) {
+          return std::max(scale * p[size_t(v)] - (dense_q ? double(q[size_t(v)]) : v == onehot ? 1.0 : 0.0), 0.0);
+        };
+        double mass = 0;
+        for (int v = 0; v < n; ++v) mass += term(v);
+        const double got = residual_mass(p.data(), dense_q ? q.data() : nullptr, onehot, scale, n);
+        ASSERT_NEAR(got, mass, 1e-12 * mass) << n;
+        for (int t = 0; t < 200; ++t) {
+          const double target = std::uniform_real_distribution<double>(0, mass)(rng);
+          int want = -1;
+          double cum = 0;
+          for (int v = 0; v < n && want < 0; ++v)
+            if (term(v) > 0 && target < (cum += term(v))) want = v;
+          ASSERT_EQ(residual_pick(p.data(), dense_q ? q.data() : nullptr, onehot, scale, n, target), want)
+              << "n " << n << " target " << target;
+        }
+        // Past the end (rounding): the last token with a positive term.
+        int last = n - 1;
+        while (last >= 0 && term(last) <= 0) --last;
+        EXPECT_EQ(residual_pick(p.data(), dense_q ? q.data() : nullptr, onehot, scale, n, mass * 2), last);
+      }
+    }
+  }
 }
 
 }  // namespace

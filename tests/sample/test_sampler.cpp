@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "core/error.h"
@@ -47,6 +48,44 @@ TEST(Sampler, TemperatureDistributionMatchesSoftmax) {
   double chi2 = 0;
   for (size_t i = 0; i < counts.size(); ++i) chi2 += std::pow(counts[i] - n * want[i], 2) / (n * want[i]);
   EXPECT_LT(chi2, 24.3) << "chi-square with 7 degrees of freedom, p < 0.001";
+}
+
+TEST(Sampler, DenseRowIsTheDistributionOnEveryPath) {
+  // dense() writes the no-cut case straight into the row; every path must give exactly the values
+  // distribution() keeps (the verifier sees dense rows, plain decoding samples the sparse form).
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd(0.f, 3.f);
+  const int V = 1003;  // not a multiple of the vector width
+  std::vector<float> logits(static_cast<size_t>(V)), row(static_cast<size_t>(V));
+  for (auto& v : logits) v = nd(rng);
+  logits[17] = -INFINITY;  // a banned token
+  std::vector<SamplingParams> cases(7);
+  cases[0].temperature = 1.f;
+  cases[1].temperature = 0.7f, cases[1].min_p = 0.1f;
+  cases[2].temperature = 1.3f, cases[2].top_k = 20;
+  cases[3].temperature = 1.f, cases[3].top_p = 0.8f;
+  cases[4].temperature = 0.7f, cases[4].top_k = 50, cases[4].top_p = 0.9f;
+  cases[5].temperature = 2.f, cases[5].top_k = V;  // a top-k that cuts nothing
+  // cases[6]: greedy
+  Sampler s;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    TokenDist d;
+    s.distribution(logits.data(), V, cases[c], d);
+    s.dense(logits.data(), V, cases[c], row.data());
+    std::vector<float> want(static_cast<size_t>(V), 0.f);
+    for (size_t i = 0; i < d.ids.size(); ++i) want[size_t(d.ids[i])] = d.probs[i];
+    double mass = 0;
+    for (int v = 0; v < V; ++v) {
+      ASSERT_EQ(row[size_t(v)], want[size_t(v)]) << "case " << c << " token " << v;
+      mass += row[size_t(v)];
+    }
+    EXPECT_NEAR(mass, 1.0, 1e-5) << c;
+    EXPECT_EQ(row[17], 0.f) << c;
+  }
+  // The no-cut row against a double-precision softmax.
+  const auto ref = softmax(logits, 1.0);
+  s.dense(logits.data(), V, cases[0], row.data());
+  for (int v = 0; v < V; ++v) ASSERT_NEAR(row[size_t(v)], ref[size_t(v)], 1e-6 * ref[size_t(v)] + 1e-12) << v;
 }
 
 TEST(Sampler, TopKKeepsKMostLikely) {

@@ -21,32 +21,29 @@ std::vector<float> logits(int rows, int vocab, uint32_t seed) {
   return x;
 }
 
-void BM_DenseT1(benchmark::State& state) {
+void dense_row(benchmark::State& state, const SamplingParams& sp) {
   const int V = int(state.range(0));
   auto x = logits(1, V, 1);
   std::vector<float> p(static_cast<size_t>(V));
   Sampler s;
-  SamplingParams sp;
-  sp.temperature = 1.f;
   for (auto _ : state) {
     s.dense(x.data(), V, sp, p.data());
     benchmark::DoNotOptimize(p.data());
   }
 }
 
+void BM_DenseT1(benchmark::State& state) {
+  SamplingParams sp;
+  sp.temperature = 1.f;
+  dense_row(state, sp);
+}
+
 void BM_DenseTopP(benchmark::State& state) {
-  const int V = int(state.range(0));
-  auto x = logits(1, V, 2);
-  std::vector<float> p(static_cast<size_t>(V));
-  Sampler s;
   SamplingParams sp;
   sp.temperature = 0.7f;
   sp.top_p = 0.8f;
   sp.top_k = 20;
-  for (auto _ : state) {
-    s.dense(x.data(), V, sp, p.data());
-    benchmark::DoNotOptimize(p.data());
-  }
+  dense_row(state, sp);
 }
 
 void BM_DrawDense(benchmark::State& state) {

@@ -17,6 +17,7 @@
 #include "train/drafter_losses.h"
 #include "train/drafter_model.h"
 #include "train/progress.h"
+#include "train/precision.h"
 #include "train/qwen3_model.h"
 #include "train/schedule.h"
 
@@ -32,7 +33,7 @@ json DrafterTrainConfig::to_json() const {
           {"anchors", anchors}, {"epochs", epochs}, {"steps", steps}, {"batch", batch}, {"lr", lr},
           {"warmup_ratio", warmup_ratio}, {"min_lr_ratio", min_lr_ratio}, {"weight_decay", weight_decay}, {"clip", clip},
           {"ce_weight", ce_weight}, {"l1_weight", l1_weight}, {"conf_weight", conf_weight}, {"decay", decay},
-          {"validation_fraction", validation_fraction}, {"seed", seed}, {"world_size", world_size}};
+          {"validation_fraction", validation_fraction}, {"seed", seed}, {"precision", precision}, {"world_size", world_size}};
 }
 
 namespace {
@@ -100,7 +101,7 @@ void init_weights(torch::nn::Module& m, uint64_t seed) {
 
 // The per-sequence loss of a DSpark / DFlash drafter (weighted mean over its supervised slots).
 torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const HiddenDataset::Sample& s,
-                                  const DrafterTrainConfig& c, uint64_t anchor_seed, LossParts* parts) {
+                                  const DrafterTrainConfig& c, bool bf16, uint64_t anchor_seed, LossParts* parts) {
   const int64_t T = int64_t(s.tokens.size()), n = s.layers, H = s.hidden;
   auto hs = torch::from_blob(const_cast<float*>(s.hidden_states.data()), {T, n + 1, H}, torch::kFloat32);
   auto features = hs.index({Slice(), Slice(0, n)}).reshape({T, n * H});
@@ -114,19 +115,24 @@ torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const Hidde
                           dspark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly);
   auto embeds = fz.embed.index({b.inputs.reshape({-1})});
   auto anchor_t = torch::tensor(anchors, torch::kInt64);
-  auto h = m->backbone(features, embeds, b.positions, anchor_t);  // [N*g, H]
-  auto logits = torch::matmul(h, fz.lm_head.t());
-  torch::Tensor conf;
+  torch::Tensor logits, conf;
   auto prev = b.prev.reshape({-1});
-  if (dspark && m->markov_head) logits = logits + m->markov_head->bias(prev, h, gamma);
-  if (dspark && m->confidence_head) {
-    auto in = m->cfg.confidence_with_markov ? torch::cat({h, m->markov_head->embed(prev)}, -1) : h;
-    conf = m->confidence_head->proj(in).squeeze(-1);
+  {
+    // bf16 autocast for the products; logits, bias and confidence are summed and scored in f32.
+    Bf16Autocast autocast(bf16);
+    auto h = m->backbone(features, embeds, b.positions, anchor_t);  // [N*g, H]
+    logits = torch::matmul(h, fz.lm_head.t()).to(torch::kFloat32);
+    if (dspark && m->markov_head) logits = logits + m->markov_head->bias(prev, h, gamma).to(torch::kFloat32);
+    if (dspark && m->confidence_head) {
+      auto in = m->cfg.confidence_with_markov ? torch::cat({h, m->markov_head->embed(prev)}, -1) : h;
+      conf = m->confidence_head->proj(in).squeeze(-1).to(torch::kFloat32);
+    }
   }
   torch::Tensor target_logits;
   {
+    // Once per position (f32), then gathered: a position is the target of up to gamma slots.
     torch::NoGradGuard ng;
-    target_logits = torch::matmul(final_hidden.index({b.target_pos.reshape({-1})}), fz.lm_head.t());
+    target_logits = torch::matmul(final_hidden, fz.lm_head.t()).index({b.target_pos.reshape({-1})});
   }
   LossWeights w;
   if (dspark) w = {c.ce_weight, c.l1_weight, c.conf_weight, c.decay};
@@ -141,7 +147,7 @@ torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const Hidde
 // EAGLE-3 with training-time test: step 0 reads target features, step s >= 1 its own outputs;
 // each query sees step-0 keys causally plus the diagonal keys of steps 1..s.
 torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const HiddenDataset::Sample& s,
-                                   const DrafterTrainConfig& c) {
+                                   const DrafterTrainConfig& c, bool bf16) {
   const int64_t T = int64_t(s.tokens.size()), nl = s.layers, H = s.hidden, n = T - 1;
   if (n < 2) return {};
   auto hs = torch::from_blob(const_cast<float*>(s.hidden_states.data()), {T, nl + 1, H}, torch::kFloat32);
@@ -153,6 +159,12 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Hid
   auto& at = *layer.self_attn;
   const int64_t nh = at.n_heads, nkv = at.n_kv, hd = at.head_dim;
   auto t_idx = torch::arange(n, torch::kInt64);
+  torch::Tensor target_p;  // the target's distribution at every position, once (f32)
+  {
+    torch::NoGradGuard ng;
+    target_p = torch::softmax(torch::matmul(final_hidden, fz.lm_head.t()), -1);
+  }
+  Bf16Autocast autocast(bf16);  // products in bf16; the loss below is computed in f32
   auto feature = m->fc(features);
   std::vector<torch::Tensor> ks, vs;
   torch::Tensor total = torch::zeros({});
@@ -196,12 +208,8 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Hid
     auto tgt_pos = (t_idx + 1 + step).clamp_max(T - 1);
     auto lab_pos = (t_idx + 2 + step);
     auto valid = (lab_pos < T).to(torch::kFloat32) * mask.index({lab_pos.clamp_max(T - 1)});
-    torch::Tensor p;
-    {
-      torch::NoGradGuard ng;
-      p = torch::softmax(torch::matmul(final_hidden.index({tgt_pos}), fz.lm_head.t()), -1);
-    }
-    auto soft_ce = -(p * torch::log_softmax(logits, -1)).sum(-1);
+    auto p = target_p.index({tgt_pos});
+    auto soft_ce = -(p * torch::log_softmax(logits.to(torch::kFloat32), -1)).sum(-1);
     const double vs_sum = valid.sum().item<double>();
     if (vs_sum > 0) total = total + std::pow(0.8, step) * (valid * soft_ce).sum() / vs_sum;
     feature = out;  // the layer's own output feeds the next step
@@ -273,6 +281,7 @@ double train_drafter(const DrafterTrainConfig& c) {
   if (c.method == SpecMethod::Ngram) fail("n-gram needs no training");
   if (c.threads > 0) at::set_num_threads(c.threads);
   torch::manual_seed(c.seed);
+  const bool bf16 = use_bf16(c.precision);
   HiddenDataset data = HiddenDataset::open(c.data);
   Frozen fz = load_frozen(c.target);
   if (data.hidden_size() != fz.cfg.hidden_size)
@@ -311,6 +320,7 @@ double train_drafter(const DrafterTrainConfig& c) {
     if (!c.resume)
       progress->event({{"event", "start"}, {"method", spec_method_name(c.method)}, {"train_samples", n_train},
                        {"validation_samples", n_val}, {"steps", total_steps}, {"world_size", c.world_size},
+                       {"precision", bf16 ? "bf16" : "f32"},
                        {"trainable_parameters", [&] {
                           int64_t p = 0;
                           for (auto& t : module->parameters()) p += t.numel();
@@ -342,8 +352,8 @@ double train_drafter(const DrafterTrainConfig& c) {
       HiddenDataset::Sample s = data.load(idx);
       local_tokens += int64_t(s.tokens.size());
       torch::Tensor loss = c.method == SpecMethod::Eagle3
-                               ? eagle3_sequence_loss(eagle, fz, s, c)
-                               : block_sequence_loss(block, fz, s, c, c.seed * 1000003ull + idx * 7919ull + epoch, nullptr);
+                               ? eagle3_sequence_loss(eagle, fz, s, c, bf16)
+                               : block_sequence_loss(block, fz, s, c, bf16, c.seed * 1000003ull + idx * 7919ull + epoch, nullptr);
       if (!loss.defined()) continue;
       (loss / double(c.batch)).backward();
       local_loss += loss.item<double>() / double(c.batch);
@@ -375,8 +385,8 @@ double train_drafter(const DrafterTrainConfig& c) {
     int vcount = 0;
     for (size_t i = n_train; i < n_total; ++i) {
       HiddenDataset::Sample s = data.load(i);
-      torch::Tensor loss = c.method == SpecMethod::Eagle3 ? eagle3_sequence_loss(eagle, fz, s, c)
-                                                          : block_sequence_loss(block, fz, s, c, c.seed + i, nullptr);
+      torch::Tensor loss = c.method == SpecMethod::Eagle3 ? eagle3_sequence_loss(eagle, fz, s, c, bf16)
+                                                          : block_sequence_loss(block, fz, s, c, bf16, c.seed + i, nullptr);
       if (!loss.defined()) continue;
       vsum += loss.item<double>();
       ++vcount;

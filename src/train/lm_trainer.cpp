@@ -1,11 +1,8 @@
 #include "train/lm_trainer.h"
 
-#include <ATen/autocast_mode.h>
-
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "core/cpu.h"
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
@@ -14,6 +11,7 @@
 #include "sample/rng.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
+#include "train/precision.h"
 #include "train/progress.h"
 #include "train/qwen3_model.h"
 #include "train/schedule.h"
@@ -33,14 +31,6 @@ json LmTrainConfig::to_json() const {
 }
 
 namespace {
-
-bool use_bf16(const std::string& precision) {
-  if (precision == "bf16") return true;
-  if (precision == "f32") return false;
-  if (precision != "auto") fail("precision must be auto, f32 or bf16, got '", precision, "'");
-  // bf16 autocast pays off only where the CPU multiplies bf16 natively.
-  return cpu_features().avx512_bf16 || cpu_features().amx_bf16;
-}
 
 // Samples the micro-batch for (step, micro): rows of seq_len + 1 tokens at positions drawn
 // from a generator seeded by the step, so a resumed run sees exactly the same data.
@@ -62,13 +52,8 @@ torch::Tensor lm_loss(CausalLM& model, const torch::Tensor& batch, bool bf16) {
   auto inputs = batch.index({Slice(), Slice(0, -1)});
   auto targets = batch.index({Slice(), Slice(1, torch::indexing::None)});
   torch::Tensor logits;
-  if (bf16) {
-    at::autocast::set_cpu_enabled(true);
-    at::autocast::set_autocast_cpu_dtype(at::kBFloat16);
-    logits = model->forward(inputs).logits;
-    at::autocast::set_cpu_enabled(false);
-    at::autocast::clear_cache();
-  } else {
+  {
+    Bf16Autocast autocast(bf16);
     logits = model->forward(inputs).logits;
   }
   return torch::nn::functional::cross_entropy(logits.reshape({-1, logits.size(-1)}).to(torch::kFloat32),

@@ -142,6 +142,8 @@ int cmd_drafter(int argc, char** argv) {
       .flag("decay", "position weight exp(-(k-1)/decay)", true, "4.0")
       .flag("seed", "seed", true, "42")
       .flag("validation-fraction", "samples held out for the final validation loss", true, "0.02")
+      .flag("precision", "auto, f32 or bf16 (autocast; auto = bf16 only where the CPU has AMX/AVX512-BF16)", true,
+            "auto")
       .flag("threads", "compute threads (0: default)", true, "0")
       .flag("save-every", "steps between checkpoints", true, "200")
       .flag("stop-after", "stop after this many steps of this run (-1: never)", true, "-1")
@@ -188,6 +190,7 @@ int cmd_drafter(int argc, char** argv) {
   c.decay = a.number("decay");
   c.seed = uint64_t(a.integer("seed"));
   c.validation_fraction = a.number("validation-fraction");
+  c.precision = a.str("precision");
   c.threads = int(a.integer("threads"));
   c.save_every = a.integer("save-every");
   c.stop_after = a.integer("stop-after");

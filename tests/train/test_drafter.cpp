@@ -10,6 +10,8 @@
 #include <set>
 
 #include "../datagen/fixtures.h"
+#include "core/cpu.h"
+#include "core/error.h"
 #include "datagen/hidden.h"
 #include "datagen/regenerate.h"
 #include "model/forward.h"
@@ -173,6 +175,7 @@ DrafterTrainConfig tiny_config(SpecMethod method, const std::string& out) {
   c.lr = 1e-3;
   c.threads = 1;
   c.validation_fraction = 0.1;
+  c.precision = "f32";  // the same arithmetic on every CPU; bf16 has its own test
   return c;
 }
 
@@ -204,6 +207,52 @@ TEST(DrafterE2E, TrainedDraftersLoadAndRunInTheEngine) {
   }
 }
 
+TEST(DrafterPrecision, Bf16AutocastTrainsCloseToF32) {
+  // The recipe's bf16 autocast: the same first-step loss as f32 up to bf16 rounding, finite
+  // training, and the precision recorded in the log ("auto" resolves by the CPU's bf16 units).
+  auto start_event = [](const std::string& run) {
+    std::ifstream log(std::filesystem::path(run) / "train_log.jsonl");
+    std::string first;
+    std::getline(log, first);
+    return nlohmann::json::parse(first);
+  };
+  auto first_loss = [](const std::string& run) {
+    std::ifstream log(std::filesystem::path(run) / "train_log.jsonl");
+    for (std::string l; std::getline(log, l);) {
+      auto j = nlohmann::json::parse(l);
+      if (j.contains("loss") && !j.contains("event")) return j["loss"].get<double>();
+    }
+    return std::nan("");
+  };
+  for (SpecMethod method : {SpecMethod::DSpark, SpecMethod::Eagle3}) {
+    TempDir f32, bf16, autop;
+    DrafterTrainConfig c = tiny_config(method, f32.path());
+    train_drafter(c);
+    c.out = bf16.path();
+    c.precision = "bf16";
+    const double last = train_drafter(c);
+    EXPECT_TRUE(std::isfinite(last)) << spec_method_name(method);
+    EXPECT_EQ(start_event(f32.path())["precision"], "f32");
+    EXPECT_EQ(start_event(bf16.path())["precision"], "bf16");
+    const double a = first_loss(f32.path()), b = first_loss(bf16.path());
+    EXPECT_NEAR(b, a, 0.02 * a) << spec_method_name(method) << ": bf16 autocast strays from f32";
+    EXPECT_NE(b, a) << spec_method_name(method) << ": bf16 autocast changed nothing";
+    c.out = autop.path();
+    c.precision = "auto";
+    c.steps = 1;
+    train_drafter(c);
+    EXPECT_EQ(start_event(autop.path())["precision"], cpu_features().avx512_bf16 || cpu_features().amx_bf16 ? "bf16" : "f32");
+  }
+  DrafterTrainConfig bad = tiny_config(SpecMethod::DSpark, "unused");
+  bad.precision = "fp16";
+  try {
+    train_drafter(bad);
+    ADD_FAILURE() << "precision fp16 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("precision"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DrafterDDP, TwoGlooProcessesMatchOneAtTheSameGlobalBatch) {
   auto losses = [](const std::string& run) {
     std::vector<double> out;
@@ -220,7 +269,7 @@ TEST(DrafterDDP, TwoGlooProcessesMatchOneAtTheSameGlobalBatch) {
   const std::string common = std::string(DSPARK_TRAIN_BIN) + " drafter --method dspark --target " + p.target +
                              " --data " + p.hidden + " --out " + two.path() +
                              " --layers 1 --drafts 4 --markov-rank 8 --anchors 16 --steps 3 --batch 4 --lr 1e-3"
-                             " --threads 1 --validation-fraction 0.1 --world-size 2 --master-port 29631";
+                             " --threads 1 --validation-fraction 0.1 --precision f32 --world-size 2 --master-port 29631";
   const std::string cmd = common + " --rank 1 > " + two.path() + "/rank1.log 2>&1 & " + common + " --rank 0 > " +
                           two.path() + "/rank0.log 2>&1; wait";
   ASSERT_EQ(std::system(("sh -c '" + cmd + "'").c_str()), 0) << cmd;

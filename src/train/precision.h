@@ -1,0 +1,24 @@
+// Training precision: f32, or bf16 autocast (matrix products in bf16, f32 master weights and
+// losses) where the CPU multiplies bf16 natively.
+#pragma once
+
+#include <string>
+
+namespace dspark::train {
+
+// "auto" (bf16 only with AVX512-BF16 or AMX), "f32" or "bf16"; anything else throws naming it.
+bool use_bf16(const std::string& precision);
+
+// While alive (and `on`), libtorch's CPU autocast runs eligible ops in bf16.
+class Bf16Autocast {
+ public:
+  explicit Bf16Autocast(bool on);
+  ~Bf16Autocast();
+  Bf16Autocast(const Bf16Autocast&) = delete;
+  Bf16Autocast& operator=(const Bf16Autocast&) = delete;
+
+ private:
+  bool on_;
+};
+
+}  // namespace dspark::train

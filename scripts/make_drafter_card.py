@@ -24,6 +24,17 @@ def bench(work, method, temp, domain):
     return load(p)["all"] if os.path.exists(p) else None
 
 
+def train_precision(work, method):
+    """The precision in the log's start event; logs from before the trainer had autocast ran in f32."""
+    p = os.path.join(work, method, "train_log.jsonl")
+    if os.path.exists(p):
+        for line in open(p):
+            r = json.loads(line)
+            if r.get("event") == "start":
+                return r.get("precision", "f32")
+    return "?"
+
+
 def train_log(work, method):
     rows = []
     p = os.path.join(work, method, "train_log.jsonl")
@@ -145,7 +156,7 @@ def main():
     train_lines = []
     for m in METHODS:
         last = logs[m][-1] if logs[m] else {}
-        train_lines.append(f"| {m} | {steps[m] or '-'} | {last.get('loss', float('nan')):.4f} | "
+        train_lines.append(f"| {m} | {steps[m] or '-'} | {train_precision(w, m)} | {last.get('loss', float('nan')):.4f} | "
                            f"{times.get(m, float('nan')):.0f} s |")
     if len(set(steps.values())) == 1:
         train_heading = "Training (same data, steps, batch, anchors and depth for every method)"
@@ -160,13 +171,13 @@ decoder layers {d.get('target_layer_ids', d.get('dflash_config', {}).get('target
 
 ## {train_heading}
 
-| method | steps | final loss | wall time (2 cores) |
-|---|---|---|---|
+| method | steps | precision | final loss | wall time (2 cores) |
+|---|---|---|---|---|
 """ + "\n".join(train_lines) + f"""
 
 DSpark: 0.1·CE + 0.9·L1(q, p) + 1.0·BCE(confidence), position weights exp(-(k-1)/4); DFlash: CE on the
 same backbone without the heads; EAGLE-3: CE with training-time-test unrolling. AdamW, lr 6e-4, 4%
-warmup then cosine, clipping 1.0.
+warmup then cosine, clipping 1.0; bf16 autocast where the CPU has bf16 units (`--precision auto`).
 
 ## Accepted tokens per verification round (bonus included), bf16
 

@@ -11,7 +11,8 @@
 # METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 20), STEPS (optimizer steps of DSpark
 # and DFlash, 800), EAGLE3_STEPS (240: an unrolled EAGLE-3 step costs about 4x a DSpark step on
 # this data, so 240 of them take at least the training time of 800 DSpark steps), BATCH
-# (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (1).
+# (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (1), PRECISION
+# (auto: bf16 autocast where the CPU has AVX512-BF16 or AMX, else f32).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-drafters}
@@ -25,6 +26,7 @@ ANCHORS=${ANCHORS:-64}
 DRAFTS=${DRAFTS:-8}
 LAYERS=${LAYERS:-1}
 BATCH=${BATCH:-16}
+PRECISION=${PRECISION:-auto}
 TAPS=${TAPS:-1,3,4}
 METHODS=${METHODS:-dspark dflash eagle3}
 BENCH_PROMPTS=${BENCH_PROMPTS:-20}
@@ -48,7 +50,7 @@ for method in $METHODS; do
     start=$(date +%s)
     "$BIN/dspark" train drafter --method "$method" --target "$TARGET" --data "$WORK/hidden" --out "$WORK/$method" \
       --layers "$LAYERS" --drafts "$DRAFTS" --anchors "$ANCHORS" --steps "$steps" --batch "$BATCH" --threads 2 \
-      --save-every 50 "${resume[@]}"
+      --precision "$PRECISION" --save-every 50 "${resume[@]}"
     echo "{\"method\": \"$method\", \"train_seconds\": $(($(date +%s) - start))}" > "$WORK/$method/train_time.json"
   fi
 done

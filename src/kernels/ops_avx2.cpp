@@ -47,39 +47,31 @@ void rmsnorm_avx2(const float* x, int64_t ldx, const float* weight, float* y, in
   }
 }
 
-int argmax_avx2(const float* x, int n) {
-  // Pass 1: the largest non-NaN value (max_ps returns its second operand when the first is NaN).
-  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
-  int i = 0;
-  for (; i + 16 <= n; i += 16) {
-    m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
-    m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
-  }
-  float m = avx2::hmax(_mm256_max_ps(m0, m1));
-  for (; i < n; ++i)
-    if (x[i] > m) m = x[i];
-  // Pass 2: its first occurrence (the row is in L1 by now).
-  const __m256 mv = _mm256_set1_ps(m);
-  for (i = 0; i + 8 <= n; i += 8) {
-    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), mv, _CMP_EQ_OQ));
-    if (mask) return i + __builtin_ctz(unsigned(mask));
-  }
-  for (; i < n; ++i)
-    if (x[i] == m) return i;
-  return 0;
-}
-
 float max_value_avx2(const float* x, int n) {
   __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
   int i = 0;
   for (; i + 16 <= n; i += 16) {
-    m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);  // a NaN in x keeps the running max
+    m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);  // max_ps returns its second operand for a NaN in x
     m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
   }
   float m = avx2::hmax(_mm256_max_ps(m0, m1));
   for (; i < n; ++i)
     if (x[i] > m) m = x[i];
   return m;
+}
+
+int argmax_avx2(const float* x, int n) {
+  // Pass 1: the largest non-NaN value; pass 2: its first occurrence (the row is in L1 by now).
+  const float m = max_value_avx2(x, n);
+  const __m256 mv = _mm256_set1_ps(m);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), mv, _CMP_EQ_OQ));
+    if (mask) return i + __builtin_ctz(unsigned(mask));
+  }
+  for (; i < n; ++i)
+    if (x[i] == m) return i;
+  return 0;
 }
 
 namespace {

@@ -207,6 +207,17 @@ TEST(DrafterE2E, TrainedDraftersLoadAndRunInTheEngine) {
   }
 }
 
+// The per-step losses of a run's train_log.jsonl, in step order.
+std::vector<double> step_losses(const std::string& run) {
+  std::vector<double> out;
+  std::ifstream log(std::filesystem::path(run) / "train_log.jsonl");
+  for (std::string l; std::getline(log, l);) {
+    auto j = nlohmann::json::parse(l);
+    if (j.contains("loss") && !j.contains("event")) out.push_back(j["loss"].get<double>());
+  }
+  return out;
+}
+
 TEST(DrafterPrecision, Bf16AutocastTrainsCloseToF32) {
   // The recipe's bf16 autocast: the same first-step loss as f32 up to bf16 rounding, finite
   // training, and the precision recorded in the log ("auto" resolves by the CPU's bf16 units).
@@ -215,14 +226,6 @@ TEST(DrafterPrecision, Bf16AutocastTrainsCloseToF32) {
     std::string first;
     std::getline(log, first);
     return nlohmann::json::parse(first);
-  };
-  auto first_loss = [](const std::string& run) {
-    std::ifstream log(std::filesystem::path(run) / "train_log.jsonl");
-    for (std::string l; std::getline(log, l);) {
-      auto j = nlohmann::json::parse(l);
-      if (j.contains("loss") && !j.contains("event")) return j["loss"].get<double>();
-    }
-    return std::nan("");
   };
   for (SpecMethod method : {SpecMethod::DSpark, SpecMethod::Eagle3}) {
     TempDir f32, bf16, autop;
@@ -234,7 +237,10 @@ TEST(DrafterPrecision, Bf16AutocastTrainsCloseToF32) {
     EXPECT_TRUE(std::isfinite(last)) << spec_method_name(method);
     EXPECT_EQ(start_event(f32.path())["precision"], "f32");
     EXPECT_EQ(start_event(bf16.path())["precision"], "bf16");
-    const double a = first_loss(f32.path()), b = first_loss(bf16.path());
+    const auto fa = step_losses(f32.path()), fb = step_losses(bf16.path());
+    ASSERT_FALSE(fa.empty());
+    ASSERT_FALSE(fb.empty());
+    const double a = fa[0], b = fb[0];
     EXPECT_NEAR(b, a, 0.02 * a) << spec_method_name(method) << ": bf16 autocast strays from f32";
     EXPECT_NE(b, a) << spec_method_name(method) << ": bf16 autocast changed nothing";
     c.out = autop.path();
@@ -254,15 +260,6 @@ TEST(DrafterPrecision, Bf16AutocastTrainsCloseToF32) {
 }
 
 TEST(DrafterDDP, TwoGlooProcessesMatchOneAtTheSameGlobalBatch) {
-  auto losses = [](const std::string& run) {
-    std::vector<double> out;
-    std::ifstream log(std::filesystem::path(run) / "train_log.jsonl");
-    for (std::string l; std::getline(log, l);) {
-      auto j = nlohmann::json::parse(l);
-      if (j.contains("loss") && !j.contains("event")) out.push_back(j["loss"].get<double>());
-    }
-    return out;
-  };
   TempDir one, two;
   train_drafter(tiny_config(SpecMethod::DSpark, one.path()));
   const auto& p = pipeline();
@@ -273,7 +270,7 @@ TEST(DrafterDDP, TwoGlooProcessesMatchOneAtTheSameGlobalBatch) {
   const std::string cmd = common + " --rank 1 > " + two.path() + "/rank1.log 2>&1 & " + common + " --rank 0 > " +
                           two.path() + "/rank0.log 2>&1; wait";
   ASSERT_EQ(std::system(("sh -c '" + cmd + "'").c_str()), 0) << cmd;
-  const auto a = losses(one.path()), b = losses(two.path());
+  const auto a = step_losses(one.path()), b = step_losses(two.path());
   ASSERT_EQ(a.size(), 3u);
   ASSERT_EQ(b.size(), 3u);
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4 * std::abs(a[i])) << "step " << i;

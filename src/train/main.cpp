@@ -20,6 +20,9 @@
 namespace dspark::train {
 namespace {
 
+// --precision of both trainers (train/precision.h resolves it).
+constexpr const char* kPrecisionHelp = "auto, f32 or bf16 (autocast; auto = bf16 only where the CPU has AMX/AVX512-BF16)";
+
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -48,9 +51,7 @@ int cmd_lm(int argc, char** argv) {
       .flag("clip", "gradient norm clipping", true, "1.0")
       .flag("init-std", "standard deviation of initial weights", true, "0.02")
       .flag("seed", "seed for initialisation and data order", true, "1234")
-      .flag("precision",
-            "auto, f32 or bf16 (autocast; auto = bf16 only where the CPU has AMX/AVX512-BF16)",
-            true, "auto")
+      .flag("precision", kPrecisionHelp, true, "auto")
       .flag("threads", "compute threads (0: libtorch's default)", true, "0")
       .flag("eval-every", "steps between validation evaluations (0: never)", true, "200")
       .flag("eval-windows", "validation windows per domain", true, "16")
@@ -142,8 +143,7 @@ int cmd_drafter(int argc, char** argv) {
       .flag("decay", "position weight exp(-(k-1)/decay)", true, "4.0")
       .flag("seed", "seed", true, "42")
       .flag("validation-fraction", "samples held out for the final validation loss", true, "0.02")
-      .flag("precision", "auto, f32 or bf16 (autocast; auto = bf16 only where the CPU has AMX/AVX512-BF16)", true,
-            "auto")
+      .flag("precision", kPrecisionHelp, true, "auto")
       .flag("threads", "compute threads (0: default)", true, "0")
       .flag("save-every", "steps between checkpoints", true, "200")
       .flag("stop-after", "stop after this many steps of this run (-1: never)", true, "-1")

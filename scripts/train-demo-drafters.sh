@@ -11,7 +11,8 @@
 # METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 20), STEPS (optimizer steps of DSpark
 # and DFlash, 800), EAGLE3_STEPS (240: an unrolled EAGLE-3 step costs about 4x a DSpark step on
 # this data, so 240 of them take at least the training time of 800 DSpark steps), BATCH
-# (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (1), PRECISION
+# (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (decoder layers of
+# every method: the same depth, 1), PRECISION
 # (auto: bf16 autocast where the CPU has AVX512-BF16 or AMX, else f32).
 set -euo pipefail
 cd "$(dirname "$0")/.."

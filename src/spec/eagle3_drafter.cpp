@@ -1,10 +1,13 @@
-// EAGLE-3: a single fused decoder layer drafts one token per step. Step input = [input_norm(
+// EAGLE-3: a fused decoder layer drafts one token per step. Step input = [input_norm(
 // embed(x_{t+1})) ; hidden_norm(g_t)] where g_t = fc(three target layers) for verified rows and
-// the layer's own previous output for chained drafts; logits over a reduced draft vocabulary
-// map back to target ids through d2t.
+// the drafter's own previous output for chained drafts; logits over a reduced draft vocabulary
+// map back to target ids through d2t. A multi-layer drafter (as vLLM loads one) runs plain
+// decoder layers layers.1.. after the fused one, each with its own KV cache.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -17,7 +20,11 @@
 namespace dspark {
 
 std::vector<std::string> eagle3_names(const DrafterConfig& cfg) {
-  std::vector<std::string> n = decoder_layer_names(cfg.layers, "layers.0.");
+  std::vector<std::string> n;
+  for (int i = 0; i < std::max(1, cfg.layers.num_layers); ++i) {
+    std::vector<std::string> li = decoder_layer_names(cfg.layers, "layers." + std::to_string(i) + ".");
+    n.insert(n.end(), li.begin(), li.end());
+  }
   n.insert(n.end(), {"layers.0.hidden_norm.weight", "fc.weight", "norm.weight", "lm_head.weight", "embed_tokens.weight",
                      "d2t", "t2d"});
   return n;
@@ -30,13 +37,13 @@ class Eagle3Drafter : public Drafter {
   Eagle3Drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
                 std::vector<int64_t> d2t)
       : cfg_(cfg),
-        kv_(1, cfg.layers.num_kv_heads, cfg.layers.head_dim, dtype, 1 << 20),
+        kv_(std::max(1, cfg.layers.num_layers), cfg.layers.num_kv_heads, cfg.layers.head_dim, dtype, 1 << 20),
         vocab_(target.config().vocab_size),
         layers_(cfg.target_layer_ids) {
     const ModelConfig& L = cfg.layers;
     const ModelConfig& T = target.config();
     const int64_t H = L.hidden_size, feat = int64_t(cfg.target_layer_ids.size()) * T.hidden_size;
-    if (L.num_layers != 1) fail(cfg.path, ": EAGLE-3 drafters have one layer, the config says ", L.num_layers);
+    if (L.num_layers < 1) fail(cfg.path, ": field 'num_hidden_layers' must be at least 1, got ", L.num_layers);
     if (H != T.hidden_size) fail(cfg.path, ": the drafter's hidden_size ", H, " differs from the target's ", T.hidden_size);
     draft_vocab_ = cfg.draft_vocab_size > 0 ? cfg.draft_vocab_size : int(T.vocab_size);
     for (int id : cfg.target_layer_ids)
@@ -44,12 +51,15 @@ class Eagle3Drafter : public Drafter {
         fail(cfg.path, ": target layer id ", id, " is outside the target's layers [-1, ", T.num_layers - 1, "]");
     const bool own_embed = src.has("embed_tokens.weight");
     size_t bytes = WeightArena::matrix_bytes(dtype, H, feat) + decoder_layer_bytes(L, dtype, 2 * H) +
-                   WeightArena::matrix_bytes(dtype, draft_vocab_, H);
+                   WeightArena::matrix_bytes(dtype, draft_vocab_, H) +
+                   size_t(L.num_layers - 1) * decoder_layer_bytes(L, dtype, H);
     if (own_embed) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
     arena_ = std::make_unique<WeightArena>(dtype, bytes);
     fc_ = arena_->matrix(src, "fc.weight", H, feat);
     arena_->pack(fc_);
     layer_ = load_decoder_layer(src, "layers.0.", L, *arena_, 2 * H);
+    for (int i = 1; i < L.num_layers; ++i)
+      upper_.push_back(load_decoder_layer(src, "layers." + std::to_string(i) + ".", L, *arena_, H));
     hidden_norm_ = arena_->vector(src, "layers.0.hidden_norm.weight", H);
     norm_ = arena_->vector(src, "norm.weight", H);
     lm_head_ = arena_->matrix(src, "lm_head.weight", draft_vocab_, H);
@@ -151,7 +161,7 @@ class Eagle3Drafter : public Drafter {
     gemm(f.data, f.rows, f.width, fc_, g_.data(), hidden());
   }
 
-  // Runs pairs (tokens[i], g[i]) at positions pos0 + i through the layer (causal), writing K/V;
+  // Runs pairs (tokens[i], g[i]) at positions pos0 + i through the layers (causal), writing K/V;
   // stores the pre-norm outputs in `out` when given.
   void step(int seq, std::span<const int32_t> tokens, const float* g, int pos0, float* out) {
     const ModelConfig& L = cfg_.layers;
@@ -173,6 +183,7 @@ class Eagle3Drafter : public Drafter {
     const LayerRows lr = rows_.make(inv_freq_, kv_.block_table(seq), pos0, n, SeqRows::Visibility::Causal);
     attention_block(L, layer_, kv_.layer(0), lr, in_.data(), 2 * H, res_.data(), scratch_);
     mlp_block(L, layer_, n, res_.data(), scratch_);
+    for (size_t i = 0; i < upper_.size(); ++i) decoder_layer(L, upper_[i], kv_.layer(int(i) + 1), lr, res_.data(), scratch_);
     if (out) {
       std::memcpy(out, res_.data() + int64_t(n - 1) * H, size_t(H) * 4);
     }
@@ -187,6 +198,7 @@ class Eagle3Drafter : public Drafter {
   WeightMatrix fc_, lm_head_, own_embed_;
   const WeightMatrix* embed_ = nullptr;
   LayerWeights layer_;
+  std::vector<LayerWeights> upper_;  // layers.1.. of a multi-layer drafter
   const float* hidden_norm_ = nullptr;
   const float* norm_ = nullptr;
   std::vector<int32_t> to_target_;

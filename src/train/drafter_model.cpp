@@ -146,7 +146,9 @@ Eagle3DrafterImpl::Eagle3DrafterImpl(const DrafterConfig& c, int64_t target_hidd
   const int64_t H = L.hidden_size, feat = int64_t(c.target_layer_ids.size()) * target_hidden;
   fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(feat, H).bias(false)));
   layers = register_module("layers", torch::nn::ModuleList());
+  // Layer 0 reads [embed ; hidden] (2H); later layers are plain decoder layers over its output.
   layers->push_back(Eagle3Layer(L));
+  for (int i = 1; i < L.num_layers; ++i) layers->push_back(DraftLayer(L));
   norm = register_module("norm", RMSNorm(H, L.rms_norm_eps));
   lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(H, draft_vocab).bias(false)));
   auto inv = L.rope_inv_freq();

@@ -68,7 +68,7 @@ TORCH_MODULE(BlockDrafter);
 // of block j; nothing of other blocks. [N*gamma, T + N*gamma], 0 or -inf.
 torch::Tensor block_attention_mask(const torch::Tensor& anchors, int64_t T, int64_t gamma);
 
-// EAGLE-3: one layer whose attention input is [input_norm(embed(x)) ; hidden_norm(g)].
+// The first EAGLE-3 layer: its attention input is [input_norm(embed(x)) ; hidden_norm(g)].
 struct Eagle3LayerImpl : torch::nn::Module {
   explicit Eagle3LayerImpl(const ModelConfig& c);
   RMSNorm hidden_norm{nullptr}, input_layernorm{nullptr}, post_attention_layernorm{nullptr};
@@ -77,6 +77,9 @@ struct Eagle3LayerImpl : torch::nn::Module {
 };
 TORCH_MODULE(Eagle3Layer);
 
+// EAGLE-3 drafter: layers[0] is an Eagle3Layer; layers[1..] (multi-layer EAGLE-3, as vLLM
+// loads it) are DraftLayers used as plain causal decoder layers (input_layernorm, self_attn,
+// post_attention_layernorm, mlp).
 struct Eagle3DrafterImpl : torch::nn::Module {
   Eagle3DrafterImpl(const DrafterConfig& cfg, int64_t target_hidden, int64_t draft_vocab);
   DrafterConfig cfg;

@@ -10,6 +10,7 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "core/dtype.h"
 #include "core/safetensors.h"
 #include "datagen/hidden_dataset.h"
 #include "tokenizer/tokenizer.h"
@@ -69,7 +70,7 @@ DrafterConfig drafter_config(const DrafterTrainConfig& c, const Frozen& fz, cons
   DrafterConfig d;
   d.method = c.method;
   d.layers = fz.cfg;
-  d.layers.num_layers = c.method == SpecMethod::Eagle3 ? 1 : c.layers;
+  d.layers.num_layers = c.layers;
   d.layers.tie_word_embeddings = false;
   d.target_layer_ids = layer_ids;
   d.num_target_layers = fz.cfg.num_layers;
@@ -147,7 +148,8 @@ torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const Hidde
 // EAGLE-3 with training-time test: step 0 reads target features, step s >= 1 its own outputs;
 // each query sees step-0 keys causally plus the diagonal keys of steps 1..s.
 torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const HiddenDataset::Sample& s,
-                                   const DrafterTrainConfig& c, bool bf16) {
+                                   const DrafterTrainConfig& c, bool bf16,
+                                   std::vector<torch::Tensor>* step_logits = nullptr) {
   const int64_t T = int64_t(s.tokens.size()), nl = s.layers, H = s.hidden, n = T - 1;
   if (n < 2) return {};
   auto hs = torch::from_blob(const_cast<float*>(s.hidden_states.data()), {T, nl + 1, H}, torch::kFloat32);
@@ -156,8 +158,7 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Hid
   auto tokens = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()), torch::kInt64);
   auto mask = torch::tensor(std::vector<int64_t>(s.loss_mask.begin(), s.loss_mask.end()), torch::kInt64).to(torch::kFloat32);
   auto& layer = *m->layers[0]->as<Eagle3Layer>();
-  auto& at = *layer.self_attn;
-  const int64_t nh = at.n_heads, nkv = at.n_kv, hd = at.head_dim;
+  const int64_t n_layers = int64_t(m->layers->size());
   auto t_idx = torch::arange(n, torch::kInt64);
   torch::Tensor target_p;  // the target's distribution at every position, once (f32)
   {
@@ -166,15 +167,18 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Hid
   }
   Bf16Autocast autocast(bf16);  // products in bf16; the loss below is computed in f32
   auto feature = m->fc(features);
-  std::vector<torch::Tensor> ks, vs;
+  // Keys and values of every earlier step, per layer: step s attends to its own layer's rows of
+  // steps 0..s (causal over step 0, the diagonal of later steps), as the unrolled drafter does.
+  std::vector<std::vector<torch::Tensor>> ks(static_cast<size_t>(n_layers)), vs(static_cast<size_t>(n_layers));
   torch::Tensor total = torch::zeros({});
   const double inf = std::numeric_limits<double>::infinity();
-  for (int step = 0; step < c.drafts; ++step) {
-    auto tok_idx = (t_idx + 1 + step).clamp_max(T - 1);
-    auto x = tokens.index({tok_idx});
-    auto hn = layer.hidden_norm(feature);
-    auto in = torch::cat({layer.input_layernorm(fz.embed.index({x})), hn}, -1);
-    auto residual = m->cfg.norm_before_residual ? hn : feature;
+  auto causal = torch::full({n, n}, -inf).triu(1);
+  auto diag = torch::full({n, n}, -inf);
+  diag.fill_diagonal_(0.0);
+  // Self-attention of layer l over `in` (its normed input) at step `step`; returns o_proj's input.
+  auto attend = [&](AttentionImpl& at, const torch::Tensor& in, int64_t l, const torch::Tensor& cos, const torch::Tensor& sin,
+                    const torch::Tensor& att_mask) {
+    const int64_t nh = at.n_heads, nkv = at.n_kv, hd = at.head_dim;
     auto q = at.q_proj(in).view({n, nh, hd});
     auto k = at.k_proj(in).view({n, nkv, hd});
     auto v = at.v_proj(in).view({n, nkv, hd});
@@ -182,28 +186,37 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Hid
       q = at.q_norm(q);
       k = at.k_norm(k);
     }
-    auto [cos, sin] = rope_at(m->inv_freq, t_idx + step);
     q = apply_rope(q.transpose(0, 1), cos, sin);
-    ks.push_back(apply_rope(k.transpose(0, 1), cos, sin));
-    vs.push_back(v.transpose(0, 1));
-    auto K = torch::cat(ks, 1), V = torch::cat(vs, 1);
+    ks[size_t(l)].push_back(apply_rope(k.transpose(0, 1), cos, sin));
+    vs[size_t(l)].push_back(v.transpose(0, 1));
+    auto K = torch::cat(ks[size_t(l)], 1), V = torch::cat(vs[size_t(l)], 1);
     if (nh != nkv) {
       K = K.repeat_interleave(nh / nkv, 0);
       V = V.repeat_interleave(nh / nkv, 0);
     }
+    auto scores = torch::matmul(q, K.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd))) + att_mask;
+    return torch::matmul(torch::softmax(scores, -1), V).transpose(0, 1).reshape({n, nh * hd});
+  };
+  for (int step = 0; step < c.drafts; ++step) {
+    auto tok_idx = (t_idx + 1 + step).clamp_max(T - 1);
+    auto x = tokens.index({tok_idx});
+    auto hn = layer.hidden_norm(feature);
+    auto in = torch::cat({layer.input_layernorm(fz.embed.index({x})), hn}, -1);
+    auto residual = m->cfg.norm_before_residual ? hn : feature;
     // Mask [n, (step+1) n]: causal over step 0, the diagonal of later steps.
-    std::vector<torch::Tensor> blocks;
-    auto causal = torch::full({n, n}, -inf).triu(1);
-    blocks.push_back(causal);
-    auto diag = torch::full({n, n}, -inf);
-    diag.fill_diagonal_(0.0);
+    std::vector<torch::Tensor> blocks{causal};
     for (int i = 1; i <= step; ++i) blocks.push_back(diag);
     auto att_mask = torch::cat(blocks, 1).to(torch::kFloat32);
-    auto scores = torch::matmul(q, K.transpose(-2, -1)) * (1.0 / std::sqrt(double(hd))) + att_mask;
-    auto o = torch::matmul(torch::softmax(scores, -1), V).transpose(0, 1).reshape({n, nh * hd});
-    auto out = residual + at.o_proj(o);
+    auto [cos, sin] = rope_at(m->inv_freq, t_idx + step);
+    auto out = residual + layer.self_attn->o_proj(attend(*layer.self_attn, in, 0, cos, sin, att_mask));
     out = out + layer.mlp(layer.post_attention_layernorm(out));
+    for (int64_t l = 1; l < n_layers; ++l) {
+      auto& dl = *m->layers[size_t(l)]->as<DraftLayer>();
+      out = out + dl.self_attn->o_proj(attend(*dl.self_attn, dl.input_layernorm(out), l, cos, sin, att_mask));
+      out = out + dl.mlp(dl.post_attention_layernorm(out));
+    }
     auto logits = m->lm_head(m->norm(out));
+    if (step_logits) step_logits->push_back(logits.detach().to(torch::kFloat32));
     // Target: the distribution at t + 1 + step predicts x_{t + 2 + step}.
     auto tgt_pos = (t_idx + 1 + step).clamp_max(T - 1);
     auto lab_pos = (t_idx + 2 + step);
@@ -212,7 +225,7 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Hid
     auto soft_ce = -(p * torch::log_softmax(logits.to(torch::kFloat32), -1)).sum(-1);
     const double vs_sum = valid.sum().item<double>();
     if (vs_sum > 0) total = total + std::pow(0.8, step) * (valid * soft_ce).sum() / vs_sum;
-    feature = out;  // the layer's own output feeds the next step
+    feature = out;  // the last layer's output feeds the next step
   }
   return total;
 }
@@ -274,10 +287,39 @@ void save_drafter(torch::nn::Module& m, const DrafterConfig& dc, const std::stri
 
 }  // namespace
 
+std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, const std::string& target_dir,
+                                              const HiddenDataset::Sample& s, int steps) {
+  const DrafterConfig dc = DrafterConfig::load(drafter_dir);
+  if (dc.method != SpecMethod::Eagle3) fail(drafter_dir, ": not an EAGLE-3 drafter");
+  Frozen fz = load_frozen(target_dir);
+  const int64_t vocab = dc.draft_vocab_size > 0 ? dc.draft_vocab_size : fz.cfg.vocab_size;
+  Eagle3Drafter m(dc, fz.cfg.hidden_size, vocab);
+  auto store = TensorStore::open_dir(drafter_dir);
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : m->named_parameters()) {
+      std::vector<int64_t> shape(p.value().sizes().begin(), p.value().sizes().end());
+      const TensorView& t = store->get(p.key(), shape);
+      std::vector<float> buf(static_cast<size_t>(t.numel()));
+      convert_to_f32(t.dtype, t.data, buf.data(), buf.size());
+      p.value().copy_(torch::from_blob(buf.data(), p.value().sizes(), torch::kFloat32));
+    }
+  }
+  m->eval();
+  torch::NoGradGuard ng;
+  DrafterTrainConfig c;
+  c.method = SpecMethod::Eagle3;
+  c.drafts = steps;
+  std::vector<torch::Tensor> out;
+  eagle3_sequence_loss(m, fz, s, c, /*bf16=*/false, &out);
+  return out;
+}
+
 double train_drafter(const DrafterTrainConfig& c) {
   if (c.world_size < 1 || c.rank < 0 || c.rank >= c.world_size) fail("rank ", c.rank, " is outside world size ", c.world_size);
   if (c.batch % c.world_size != 0) fail("batch ", c.batch, " must be a multiple of the number of processes ", c.world_size);
   if (c.drafts < 1 || c.drafts > 32) fail("drafts must be between 1 and 32");
+  if (c.layers < 1 || c.layers > 32) fail("layers must be between 1 and 32, got ", c.layers);
   if (c.method == SpecMethod::Ngram) fail("n-gram needs no training");
   if (c.threads > 0) at::set_num_threads(c.threads);
   torch::manual_seed(c.seed);

@@ -3,9 +3,13 @@
 // training-time-test unrolling. Data-parallel across processes over libtorch's gloo group.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
+#include "datagen/hidden_dataset.h"
 #include "spec/spec_config.h"
 
 namespace dspark::train {
@@ -15,7 +19,7 @@ struct DrafterTrainConfig {
   std::string target;  // target HF directory (config, frozen embeddings and lm_head)
   std::string data;    // hidden-state dataset (dspark datagen hidden)
   std::string out;     // run directory; the drafter is written to OUT/drafter
-  int layers = 2;
+  int layers = 2;      // decoder layers (EAGLE-3: the fused first layer, then plain ones)
   int drafts = 8;      // drafts per pass: DSpark gamma, DFlash block - 1, EAGLE-3 TTT steps
   int markov_rank = 64;
   std::string markov_head = "vanilla";
@@ -40,6 +44,13 @@ struct DrafterTrainConfig {
 
   nlohmann::json to_json() const;
 };
+
+// The EAGLE-3 training-time-test logits [steps][T - 1, V] (f32, no autocast) of the drafter saved
+// in `drafter_dir` on sample `s`: step k at position t reads token t + 1 + k and the drafter's own
+// output of step k - 1 (the target's features at step 0). The reference the engine's proposals
+// are tested against.
+std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, const std::string& target_dir,
+                                              const datagen::HiddenDataset::Sample& s, int steps);
 
 // Trains and writes OUT/drafter in the format the engine loads. Returns the last step's
 // (all-process mean) loss.

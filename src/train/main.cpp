@@ -124,7 +124,7 @@ int cmd_drafter(int argc, char** argv) {
       .flag("target", "target model directory (frozen embeddings and lm_head)")
       .flag("data", "hidden-state dataset (dspark datagen hidden)")
       .flag("out", "run directory; the drafter is written to OUT/drafter")
-      .flag("layers", "draft layers (DSpark / DFlash; EAGLE-3 has one)", true, "2")
+      .flag("layers", "draft layers (0: 2 for DSpark and DFlash, 1 for EAGLE-3)", true, "0")
       .flag("drafts", "drafts per pass: DSpark gamma, DFlash block - 1, EAGLE-3 TTT steps", true,
             "8")
       .flag("markov-rank", "DSpark Markov head rank (0: none)", true, "64")
@@ -173,6 +173,7 @@ int cmd_drafter(int argc, char** argv) {
   c.data = a.str("data");
   c.out = a.str("out");
   c.layers = int(a.integer("layers"));
+  if (c.layers == 0) c.layers = c.method == SpecMethod::Eagle3 ? 1 : 2;
   c.drafts = int(a.integer("drafts"));
   c.markov_rank = int(a.integer("markov-rank"));
   c.markov_head = a.str("markov-head");

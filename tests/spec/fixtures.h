@@ -162,11 +162,12 @@ inline void write_dflash(const std::string& dir, const ModelConfig& t, const Dra
   w.write((fs::path(dir) / "model.safetensors").string());
 }
 
-// EAGLE-3, Speculators layout, with a draft vocabulary of every other target id (d2t / t2d).
+// EAGLE-3, Speculators layout, with a draft vocabulary of every other target id (d2t / t2d);
+// `s.layers` decoder layers (layers.1.. are plain ones after the fused first layer).
 inline void write_eagle3(const std::string& dir, const ModelConfig& t, const DrafterSpec& s, bool reduced_vocab = true) {
   fs::create_directories(dir);
   ModelConfig L = t;
-  L.num_layers = 1;
+  L.num_layers = s.layers;
   std::vector<int64_t> selected;
   for (int64_t v = 0; v < t.vocab_size; v += reduced_vocab ? 2 : 1) selected.push_back(v);
   const int64_t Vd = int64_t(selected.size()), H = t.hidden_size;
@@ -183,6 +184,8 @@ inline void write_eagle3(const std::string& dir, const ModelConfig& t, const Dra
       {"fc.weight", {H, int64_t(s.target_layers.size()) * H}}, {"layers.0.hidden_norm.weight", {H}},
       {"norm.weight", {H}}, {"lm_head.weight", {Vd, H}}};
   for (auto& x : layer_specs(L, "layers.0.", 2 * H)) specs.push_back(x);
+  for (int i = 1; i < s.layers; ++i)
+    for (auto& x : layer_specs(L, "layers." + std::to_string(i) + ".", H)) specs.push_back(x);
   SafetensorsWriter w;
   write_random(w, specs, s.seed, s.std);
   std::vector<int64_t> d2t;

@@ -164,6 +164,16 @@ TEST(DrafterCheckpoint, BadTensorsAndFieldsAreNamed) {
   sc = SpecConfig::parse(R"({"model": ")" + (dir / "c").string() + R"("})");
   msg = error_of([&] { load_drafter(sc, *target, DType::F32); });
   EXPECT_NE(msg.find("markov_head.markov_w1.weight"), std::string::npos) << msg;
+  // An EAGLE-3 config of two layers over the tensors of one: the missing layer's tensor is named.
+  write_eagle3((dir / "d").string(), t, s);
+  {
+    auto cfg = json::parse(std::ifstream(dir / "d" / "config.json"));
+    cfg["transformer_layer_config"]["num_hidden_layers"] = 2;
+    std::ofstream(dir / "d" / "config.json") << cfg.dump();
+  }
+  sc = SpecConfig::parse(R"({"model": ")" + (dir / "d").string() + R"("})");
+  msg = error_of([&] { load_drafter(sc, *target, DType::F32); });
+  EXPECT_NE(msg.find("layers.1."), std::string::npos) << msg;
   fs::remove_all(dir);
 }
 
@@ -194,6 +204,7 @@ struct Harness {
     else if (kind == "dspark-rnn") { s.head = "rnn"; write_dspark(d, cfg, s); }
     else if (kind == "dflash") { s.block = 5; write_dflash(d, cfg, s); }
     else if (kind == "eagle3") write_eagle3(d, cfg, s);
+    else if (kind == "eagle3-2l") { s.layers = 2; write_eagle3(d, cfg, s); }
     return d;
   }
 
@@ -244,10 +255,11 @@ TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
   };
   const std::vector<Case> cases = {{"dspark", 0, false},       {"dspark", 0.5f, false}, {"dspark", 0.5f, true},
                                    {"dspark-gated", 0, false}, {"dspark-rnn", 0, false}, {"dspark-speculators", 0, false},
-                                   {"dflash", 0, false},       {"eagle3", 0, false},    {"ngram", 0, false}};
+                                   {"dflash", 0, false},       {"eagle3", 0, false},    {"eagle3-2l", 0, false},
+                                   {"ngram", 0, false}};
   for (const Case& c : cases) {
     std::string dir = c.kind == "ngram" ? "" : h.drafter(c.kind);
-    const int k = c.kind == "dflash" ? 4 : c.kind == "eagle3" ? 3 : 4;
+    const int k = c.kind == "dflash" ? 4 : c.kind.starts_with("eagle3") ? 3 : 4;
     SpecConfig sc = config_for(c.kind, dir, k, c.probabilistic, false, c.thr);
     auto drafter = load_drafter(sc, *h.target, DType::F32);
     FullBlockPolicy full;
@@ -409,6 +421,7 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
   cases.push_back({"dflash", true, true, 0});
   cases.push_back({"eagle3", true, true, 0});
   cases.push_back({"eagle3", false, false, 0});
+  cases.push_back({"eagle3-2l", true, true, 0});
   cases.push_back({"ngram", false, true, 0});
   for (const Case& c : cases) {
     DrafterSpec s;

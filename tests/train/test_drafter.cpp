@@ -8,15 +8,19 @@
 #include <cstdlib>
 #include <fstream>
 #include <set>
+#include <span>
 
 #include "../datagen/fixtures.h"
 #include "core/cpu.h"
+#include "core/dtype.h"
 #include "core/error.h"
+#include "core/safetensors.h"
 #include "datagen/hidden.h"
 #include "datagen/regenerate.h"
 #include "model/forward.h"
 #include "runtime/spec_generate.h"
 #include "spec/drafter.h"
+#include "spec/drafter_config.h"
 #include "train/drafter_losses.h"
 #include "train/drafter_model.h"
 #include "train/drafter_trainer.h"
@@ -204,6 +208,88 @@ TEST(DrafterE2E, TrainedDraftersLoadAndRunInTheEngine) {
     EXPECT_GE(m.mean_accepted_length(), 1.0);
     std::printf("%s: %ld rounds, %.2f tokens per round after 3 training steps\n", spec_method_name(method),
                 long(m.rounds), m.mean_accepted_length());
+  }
+}
+
+// The engine's EAGLE-3 proposals against the trainer's training-time-test unrolling, for one and
+// two layers: after the prefix x_0..x_t, the engine's q for draft k equals the softmax of the
+// trainer's step-k logits at position t once the sequence holds the engine's own drafts after
+// x_{t+1} (step k reads token t + 1 + k; later positions cannot reach position t). This covers
+// the fused first layer, the plain upper layers, their KV caches and the chaining of outputs.
+TEST(DrafterParity, Eagle3EngineProposalsMatchTheTrainersUnrolledSteps) {
+  auto model = Model::load(pipeline().target, LoadOptions{DType::F32});
+  datagen::HiddenDataset data = datagen::HiddenDataset::open(pipeline().hidden);
+  const int D = 4;
+  for (int layers : {1, 2}) {
+    TempDir run;
+    DrafterTrainConfig c = tiny_config(SpecMethod::Eagle3, run.path());
+    c.layers = layers;
+    c.drafts = D;
+    train_drafter(c);
+    const std::string dir = (std::filesystem::path(run.path()) / "drafter").string();
+    EXPECT_EQ(DrafterConfig::load(dir).layers.num_layers, layers);
+    {
+      // Three steps from the 0.02-std init leave every layer close to the identity and the
+      // logits close to uniform; matrices 8x larger make each layer move the logits.
+      const std::string file = (std::filesystem::path(dir) / "model.safetensors").string();
+      SafetensorsWriter w;
+      {
+        SafetensorsFile f(file);
+        for (const auto& [name, v] : f.tensors()) {
+          if (v.dtype == DType::I64 || v.dtype == DType::BOOL || v.shape.size() < 2) {
+            w.add(name, v.dtype, v.shape, v.data);
+            continue;
+          }
+          std::vector<float> x(size_t(v.numel()));
+          convert_to_f32(v.dtype, v.data, x.data(), x.size());
+          for (float& e : x) e *= 8.f;
+          w.add_f32(name, v.shape, x.data(), DType::F32);
+        }
+      }
+      w.write(file);
+    }
+    SpecConfig sc = SpecConfig::parse(nlohmann::json{{"model", dir}, {"num_speculative_tokens", D}}.dump());
+    auto d = load_drafter(sc, *model, DType::F32);
+    int checked = 0;
+    for (size_t i = 0; i < data.size() && checked < 3; ++i) {
+      datagen::HiddenDataset::Sample s = data.load(i);
+      const int T = int(s.tokens.size()), t = T - D - 2;
+      if (t < 2) continue;
+      const int64_t width = int64_t(s.layers) * s.hidden;
+      std::vector<float> feats;
+      for (int r = 0; r <= t; ++r) feats.insert(feats.end(), s.at(r, 0), s.at(r, 0) + width);
+      const int seq = d->begin();
+      d->extend(seq, std::span<const int32_t>(s.tokens.data(), size_t(t + 1)), 0,
+                TargetFeatures{feats.data(), t + 1, int(width)});
+      Rng rng(5, i);
+      DraftSampling ds;
+      ds.probabilistic = true;
+      ds.params.temperature = 1.0f;
+      ds.rng = &rng;
+      Draft draft;
+      d->propose(seq, s.tokens[size_t(t + 1)], t + 1, D, ds, draft);
+      d->end(seq);
+      ASSERT_EQ(int(draft.tokens.size()), D);
+      datagen::HiddenDataset::Sample teacher = s;
+      for (int k = 0; k + 1 < D; ++k) teacher.tokens[size_t(t + 2 + k)] = draft.tokens[size_t(k)];
+      const auto ref = eagle3_step_logits(dir, pipeline().target, teacher, D);
+      ASSERT_EQ(int(ref.size()), D);
+      for (int k = 0; k < D; ++k) {
+        // Log-probabilities: the logits up to their (shared) normaliser.
+        auto lp = torch::log_softmax(ref[size_t(k)][t], -1);
+        const float* q = draft.q.data() + int64_t(k) * draft.vocab;
+        ASSERT_EQ(lp.size(0), draft.vocab);
+        float worst = 0, spread = 0;
+        for (int v = 0; v < draft.vocab; ++v) {
+          worst = std::max(worst, std::abs(lp[v].item<float>() - std::log(q[v])));
+          spread = std::max(spread, std::abs(lp[v].item<float>() - lp[0].item<float>()));
+        }
+        EXPECT_LT(worst, 1e-3f) << layers << " layer(s), sample " << i << ", draft " << k;
+        EXPECT_GT(spread, 0.5f) << "the logits are too flat to tell layers apart";
+      }
+      ++checked;
+    }
+    EXPECT_EQ(checked, 3) << "too few samples long enough";
   }
 }
 

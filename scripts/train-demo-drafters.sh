@@ -9,11 +9,12 @@
 #
 # Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 6000),
 # METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 20), STEPS (optimizer steps of DSpark
-# and DFlash, 800), EAGLE3_STEPS (240: an unrolled EAGLE-3 step costs about 4x a DSpark step on
-# this data, so 240 of them take at least the training time of 800 DSpark steps), BATCH
-# (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS (gamma, 8), LAYERS (decoder layers of
-# every method: the same depth, 1), PRECISION
-# (auto: bf16 autocast where the CPU has AVX512-BF16 or AMX, else f32).
+# and DFlash, 800), EAGLE3_STEPS (260: at two layers an unrolled EAGLE-3 step costs about 4x a
+# DSpark step on this data, 5.6 s against 1.4-1.6 s, so 260 of them take at least the training
+# time of 800 DSpark steps), BATCH (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS
+# (gamma, 8), LAYERS (decoder layers of every method: the same depth, 2), PRECISION (auto: bf16
+# autocast where the CPU has AVX512-BF16 or AMX, else f32), ALL_PROMPTS_T1 (1: also every
+# held-out prompt at T=1; 0: skip).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-drafters}
@@ -22,10 +23,10 @@ CORPUS=${3:-build/demo-target/corpus}
 BIN=${BIN:-build}
 PROMPTS=${PROMPTS:-6000}
 STEPS=${STEPS:-800}
-EAGLE3_STEPS=${EAGLE3_STEPS:-240}
+EAGLE3_STEPS=${EAGLE3_STEPS:-260}
 ANCHORS=${ANCHORS:-64}
 DRAFTS=${DRAFTS:-8}
-LAYERS=${LAYERS:-1}
+LAYERS=${LAYERS:-2}
 BATCH=${BATCH:-16}
 PRECISION=${PRECISION:-auto}
 TAPS=${TAPS:-1,3,4}
@@ -94,6 +95,26 @@ for run in $runs; do
   done
 done
 
+# 5b. The paper's protocol temperature (T=1, full blocks) on every held-out prompt of each domain
+#     (100, code 63): the margins with less sampling noise than BENCH_PROMPTS per domain.
+if [ "${ALL_PROMPTS_T1:-1}" = 1 ]; then
+  mkdir -p "$WORK/all-prompts-T1"
+  for method in $METHODS; do
+    extra=""
+    [ "$method" = dspark ] && extra=', "rejection_sample_method": "block"'
+    cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\"$extra}"
+    for domain in math translation prose instructions code; do
+      out="$WORK/all-prompts-T1/bench-$method-T1-$domain.json"
+      [ -f "$out" ] && continue
+      raw=()
+      [ "$domain" = code ] && raw=(--raw)
+      "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" \
+        --prompts "$CORPUS/prompts/$domain.jsonl" --limit 0 --max-tokens 96 --temperature 1 \
+        "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
+    done
+  done
+fi
+
 # 6. Exactness: in f32, greedy speculative output must be token-identical to plain greedy output.
 for method in $METHODS; do
   out="$WORK/f32-$method.json"
@@ -112,4 +133,4 @@ if a["identical_outputs"] != a["prompts"]:
              % (sys.argv[1], a["prompts"] - a["identical_outputs"], a["prompts"]))
 EOF
 done
-echo "drafters: $WORK/{dspark,dflash,eagle3}/drafter; calibration: $WORK/calibration.json; benchmarks: $WORK/bench-*.json, $WORK/f32-*.json"
+echo "drafters: $WORK/{dspark,dflash,eagle3}/drafter; calibration: $WORK/calibration.json; benchmarks: $WORK/bench-*.json, $WORK/all-prompts-T1, $WORK/f32-*.json"

@@ -74,45 +74,33 @@ fi
 # 5. Accepted length and speedup per domain on the corpus' held-out prompts, at T=0 and T=1: every
 #    drafter verifying full blocks, then DSpark again with the hardware-aware prefix scheduler
 #    choosing each round's length (its cost curve profiled on this machine at load), "dspark_sched".
+# bench_run RUN TEMP LIMIT OUT_DIR: the five domains for one run (a method, or dspark_sched).
+bench_run() {
+  local run=$1 temp=$2 limit=$3 dir=$4 method=${1%_sched} extra="" domain out
+  [ "$method" = dspark ] && extra=', "rejection_sample_method": "block"'
+  [ "$run" = dspark_sched ] && extra="$extra"', "enable_adaptive_verification": true'
+  local cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\"$extra}"
+  for domain in math translation prose instructions code; do
+    out="$dir/bench-$run-T$temp-$domain.json"
+    [ -f "$out" ] && continue
+    local raw=()
+    [ "$domain" = code ] && raw=(--raw)
+    "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" \
+      --prompts "$CORPUS/prompts/$domain.jsonl" --limit "$limit" --max-tokens 96 --temperature "$temp" \
+      "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
+  done
+}
 runs=$METHODS
 case " $METHODS " in *" dspark "*) runs="$runs dspark_sched" ;; esac
 for run in $runs; do
-  method=${run%_sched}
-  extra=""
-  [ "$method" = dspark ] && extra=', "rejection_sample_method": "block"'
-  [ "$run" = dspark_sched ] && extra="$extra"', "enable_adaptive_verification": true'
-  cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\"$extra}"
-  for temp in 0 1; do
-    for domain in math translation prose instructions code; do
-      out="$WORK/bench-$run-T$temp-$domain.json"
-      [ -f "$out" ] && continue
-      raw=()
-      [ "$domain" = code ] && raw=(--raw)
-      "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" \
-        --prompts "$CORPUS/prompts/$domain.jsonl" --limit "$BENCH_PROMPTS" --max-tokens 96 --temperature "$temp" \
-        "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
-    done
-  done
+  for temp in 0 1; do bench_run "$run" "$temp" "$BENCH_PROMPTS" "$WORK"; done
 done
 
 # 5b. The paper's protocol temperature (T=1, full blocks) on every held-out prompt of each domain
 #     (100, code 63): the margins with less sampling noise than BENCH_PROMPTS per domain.
 if [ "${ALL_PROMPTS_T1:-1}" = 1 ]; then
   mkdir -p "$WORK/all-prompts-T1"
-  for method in $METHODS; do
-    extra=""
-    [ "$method" = dspark ] && extra=', "rejection_sample_method": "block"'
-    cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\"$extra}"
-    for domain in math translation prose instructions code; do
-      out="$WORK/all-prompts-T1/bench-$method-T1-$domain.json"
-      [ -f "$out" ] && continue
-      raw=()
-      [ "$domain" = code ] && raw=(--raw)
-      "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" \
-        --prompts "$CORPUS/prompts/$domain.jsonl" --limit 0 --max-tokens 96 --temperature 1 \
-        "${raw[@]}" --json > "$out.tmp" && mv "$out.tmp" "$out"
-    done
-  done
+  for method in $METHODS; do bench_run "$method" 1 0 "$WORK/all-prompts-T1"; done
 fi
 
 # 6. Exactness: in f32, greedy speculative output must be token-identical to plain greedy output.

@@ -10,7 +10,6 @@
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
-#include "core/dtype.h"
 #include "core/safetensors.h"
 #include "datagen/hidden_dataset.h"
 #include "tokenizer/tokenizer.h"
@@ -294,17 +293,7 @@ std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, co
   Frozen fz = load_frozen(target_dir);
   const int64_t vocab = dc.draft_vocab_size > 0 ? dc.draft_vocab_size : fz.cfg.vocab_size;
   Eagle3Drafter m(dc, fz.cfg.hidden_size, vocab);
-  auto store = TensorStore::open_dir(drafter_dir);
-  {
-    torch::NoGradGuard ng;
-    for (auto& p : m->named_parameters()) {
-      std::vector<int64_t> shape(p.value().sizes().begin(), p.value().sizes().end());
-      const TensorView& t = store->get(p.key(), shape);
-      std::vector<float> buf(static_cast<size_t>(t.numel()));
-      convert_to_f32(t.dtype, t.data, buf.data(), buf.size());
-      p.value().copy_(torch::from_blob(buf.data(), p.value().sizes(), torch::kFloat32));
-    }
-  }
+  load_parameters(*m, drafter_dir);
   m->eval();
   torch::NoGradGuard ng;
   DrafterTrainConfig c;

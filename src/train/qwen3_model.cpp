@@ -176,10 +176,12 @@ void save_hf(CausalLM& model, const std::string& dir, DType stored_as, const std
   }
 }
 
-void load_hf_weights(CausalLM& model, const std::string& dir) {
+void load_hf_weights(CausalLM& model, const std::string& dir) { load_parameters(*model, dir); }
+
+void load_parameters(torch::nn::Module& model, const std::string& dir) {
   auto store = TensorStore::open_dir(dir);
   torch::NoGradGuard ng;
-  for (auto& p : model->named_parameters()) {
+  for (auto& p : model.named_parameters()) {
     std::vector<int64_t> shape(p.value().sizes().begin(), p.value().sizes().end());
     const TensorView& t = store->get(p.key(), shape);
     std::vector<float> buf(static_cast<size_t>(t.numel()));

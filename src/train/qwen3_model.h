@@ -93,5 +93,8 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 void save_hf(CausalLM& model, const std::string& dir, DType stored_as, const std::string& tokenizer_json = "");
 // Loads weights of an HF directory into `model` (shapes must match the config).
 void load_hf_weights(CausalLM& model, const std::string& dir);
+// Loads every parameter of `model` from the tensor of the same name in the safetensors of `dir`
+// (shapes must match; any stored dtype is converted to f32).
+void load_parameters(torch::nn::Module& model, const std::string& dir);
 
 }  // namespace dspark::train

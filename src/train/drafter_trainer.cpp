@@ -304,6 +304,31 @@ std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, co
   return out;
 }
 
+torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::string& target_dir,
+                                 const HiddenDataset::Sample& s, int64_t anchor) {
+  const DrafterConfig dc = DrafterConfig::load(drafter_dir);
+  if (dc.method != SpecMethod::DSpark && dc.method != SpecMethod::DFlash)
+    fail(drafter_dir, ": not a DSpark or DFlash drafter");
+  Frozen fz = load_frozen(target_dir);
+  BlockDrafter m(dc, fz.cfg.hidden_size);
+  load_parameters(*m, drafter_dir);
+  m->eval();
+  torch::NoGradGuard ng;
+  const int64_t T = int64_t(s.tokens.size()), n = s.layers, H = s.hidden;
+  const bool dspark = dc.method == SpecMethod::DSpark;
+  const int gamma = dc.block_size;
+  auto hs = torch::from_blob(const_cast<float*>(s.hidden_states.data()), {T, n + 1, H}, torch::kFloat32);
+  auto features = hs.index({Slice(), Slice(0, n)}).reshape({T, n * H});
+  std::vector<uint8_t> all(s.tokens.size(), 1);
+  Blocks b = build_blocks(s.tokens, all, {anchor}, gamma, dc.mask_token_id,
+                          dspark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly);
+  auto h = m->backbone(features, fz.embed.index({b.inputs.reshape({-1})}), b.positions,
+                       torch::tensor(std::vector<int64_t>{anchor}, torch::kInt64));
+  auto logits = torch::matmul(h, fz.lm_head.t());
+  if (dspark && m->markov_head) logits = logits + m->markov_head->bias(b.prev.reshape({-1}), h, gamma);
+  return logits;
+}
+
 double train_drafter(const DrafterTrainConfig& c) {
   if (c.world_size < 1 || c.rank < 0 || c.rank >= c.world_size) fail("rank ", c.rank, " is outside world size ", c.world_size);
   if (c.batch % c.world_size != 0) fail("batch ", c.batch, " must be a multiple of the number of processes ", c.world_size);

@@ -52,6 +52,13 @@ struct DrafterTrainConfig {
 std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, const std::string& target_dir,
                                               const datagen::HiddenDataset::Sample& s, int steps);
 
+// The block logits [gamma, V] (f32) of the DSpark or DFlash drafter saved in `drafter_dir` for one
+// block anchored at position `anchor` of sample `s` (context: positions < anchor), with DSpark's
+// Markov bias teacher-forced on the sample's tokens: the reference the engine's proposals are
+// tested against.
+torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::string& target_dir,
+                                 const datagen::HiddenDataset::Sample& s, int64_t anchor);
+
 // Trains and writes OUT/drafter in the format the engine loads. Returns the last step's
 // (all-process mean) loss.
 double train_drafter(const DrafterTrainConfig& cfg);

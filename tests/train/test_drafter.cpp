@@ -1,7 +1,8 @@
 // Drafter training: losses against hand-computed values, anchors and masks against brute-force
 // constructions, a tiny end-to-end run (regenerate -> hidden states -> training -> the engine
 // loads the drafter and measures acceptance), and two data-parallel processes over gloo giving
-// the losses of one process at the same global batch.
+// the losses of one process at the same global batch, and the engine's DSpark, DFlash and EAGLE-3
+// proposals against the trainer's own forward passes of the same saved drafters.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -211,6 +212,40 @@ TEST(DrafterE2E, TrainedDraftersLoadAndRunInTheEngine) {
   }
 }
 
+// Three training steps from the 0.02-std init leave every layer close to the identity and the
+// logits close to uniform; matrices 8x larger (stored in f32) make each layer move the logits.
+void scale_matrices(const std::string& drafter_dir) {
+  const std::string file = (std::filesystem::path(drafter_dir) / "model.safetensors").string();
+  SafetensorsWriter w;
+  {
+    SafetensorsFile f(file);
+    for (const auto& [name, v] : f.tensors()) {
+      if (v.dtype == DType::I64 || v.dtype == DType::BOOL || v.shape.size() < 2) {
+        w.add(name, v.dtype, v.shape, v.data);
+        continue;
+      }
+      std::vector<float> x(size_t(v.numel()));
+      convert_to_f32(v.dtype, v.data, x.data(), x.size());
+      for (float& e : x) e *= 8.f;
+      w.add_f32(name, v.shape, x.data(), DType::F32);
+    }
+  }
+  w.write(file);
+}
+
+// max |log p - log q| of the trainer's logits row against the engine's q row, and how far the
+// logits spread (so that a flat row cannot pass by accident).
+std::pair<float, float> log_gap(const torch::Tensor& logits_row, const float* q, int vocab) {
+  auto lp = torch::log_softmax(logits_row, -1);
+  EXPECT_EQ(lp.size(0), vocab);
+  float worst = 0, spread = 0;
+  for (int v = 0; v < vocab; ++v) {
+    worst = std::max(worst, std::abs(lp[v].item<float>() - std::log(q[v])));
+    spread = std::max(spread, std::abs(lp[v].item<float>() - lp[0].item<float>()));
+  }
+  return {worst, spread};
+}
+
 // The engine's EAGLE-3 proposals against the trainer's training-time-test unrolling, for one and
 // two layers: after the prefix x_0..x_t, the engine's q for draft k equals the softmax of the
 // trainer's step-k logits at position t once the sequence holds the engine's own drafts after
@@ -228,26 +263,7 @@ TEST(DrafterParity, Eagle3EngineProposalsMatchTheTrainersUnrolledSteps) {
     train_drafter(c);
     const std::string dir = (std::filesystem::path(run.path()) / "drafter").string();
     EXPECT_EQ(DrafterConfig::load(dir).layers.num_layers, layers);
-    {
-      // Three steps from the 0.02-std init leave every layer close to the identity and the
-      // logits close to uniform; matrices 8x larger make each layer move the logits.
-      const std::string file = (std::filesystem::path(dir) / "model.safetensors").string();
-      SafetensorsWriter w;
-      {
-        SafetensorsFile f(file);
-        for (const auto& [name, v] : f.tensors()) {
-          if (v.dtype == DType::I64 || v.dtype == DType::BOOL || v.shape.size() < 2) {
-            w.add(name, v.dtype, v.shape, v.data);
-            continue;
-          }
-          std::vector<float> x(size_t(v.numel()));
-          convert_to_f32(v.dtype, v.data, x.data(), x.size());
-          for (float& e : x) e *= 8.f;
-          w.add_f32(name, v.shape, x.data(), DType::F32);
-        }
-      }
-      w.write(file);
-    }
+    scale_matrices(dir);
     SpecConfig sc = SpecConfig::parse(nlohmann::json{{"model", dir}, {"num_speculative_tokens", D}}.dump());
     auto d = load_drafter(sc, *model, DType::F32);
     int checked = 0;
@@ -275,16 +291,63 @@ TEST(DrafterParity, Eagle3EngineProposalsMatchTheTrainersUnrolledSteps) {
       const auto ref = eagle3_step_logits(dir, pipeline().target, teacher, D);
       ASSERT_EQ(int(ref.size()), D);
       for (int k = 0; k < D; ++k) {
-        // Log-probabilities: the logits up to their (shared) normaliser.
-        auto lp = torch::log_softmax(ref[size_t(k)][t], -1);
-        const float* q = draft.q.data() + int64_t(k) * draft.vocab;
-        ASSERT_EQ(lp.size(0), draft.vocab);
-        float worst = 0, spread = 0;
-        for (int v = 0; v < draft.vocab; ++v) {
-          worst = std::max(worst, std::abs(lp[v].item<float>() - std::log(q[v])));
-          spread = std::max(spread, std::abs(lp[v].item<float>() - lp[0].item<float>()));
-        }
+        const auto [worst, spread] = log_gap(ref[size_t(k)][t], draft.q.data() + int64_t(k) * draft.vocab, draft.vocab);
         EXPECT_LT(worst, 1e-3f) << layers << " layer(s), sample " << i << ", draft " << k;
+        EXPECT_GT(spread, 0.5f) << "the logits are too flat to tell layers apart";
+      }
+      ++checked;
+    }
+    EXPECT_EQ(checked, 3) << "too few samples long enough";
+  }
+}
+
+// The engine's DSpark (two layers) and DFlash (one layer) proposals against the trainer's block
+// pass: after the context x_0..x_{a-1}, the engine's q for each draft equals the softmax of the
+// trainer's slot logits for the block anchored at a, with DSpark's Markov bias teacher-forced on
+// the engine's own drafts. This covers the context injection, the block attention mask, the
+// layers, the lm_head and the Markov head.
+TEST(DrafterParity, BlockEngineProposalsMatchTheTrainersBlockPass) {
+  auto model = Model::load(pipeline().target, LoadOptions{DType::F32});
+  datagen::HiddenDataset data = datagen::HiddenDataset::open(pipeline().hidden);
+  for (SpecMethod method : {SpecMethod::DSpark, SpecMethod::DFlash}) {
+    const bool dspark = method == SpecMethod::DSpark;
+    TempDir run;
+    DrafterTrainConfig c = tiny_config(method, run.path());
+    c.layers = dspark ? 2 : 1;
+    train_drafter(c);
+    const std::string dir = (std::filesystem::path(run.path()) / "drafter").string();
+    scale_matrices(dir);
+    const DrafterConfig dc = DrafterConfig::load(dir);
+    const int drafts = dspark ? dc.block_size : dc.block_size - 1;
+    SpecConfig sc = SpecConfig::parse(nlohmann::json{{"model", dir}, {"num_speculative_tokens", drafts}}.dump());
+    auto d = load_drafter(sc, *model, DType::F32);
+    int checked = 0;
+    for (size_t i = 0; i < data.size() && checked < 3; ++i) {
+      datagen::HiddenDataset::Sample s = data.load(i);
+      const int T = int(s.tokens.size()), a = T - dc.block_size - 2;
+      if (a < 2) continue;
+      const int64_t width = int64_t(s.layers) * s.hidden;
+      std::vector<float> feats;
+      for (int r = 0; r < a; ++r) feats.insert(feats.end(), s.at(r, 0), s.at(r, 0) + width);
+      const int seq = d->begin();
+      d->extend(seq, std::span<const int32_t>(s.tokens.data(), size_t(a)), 0, TargetFeatures{feats.data(), a, int(width)});
+      Rng rng(9, i);
+      DraftSampling ds;
+      ds.probabilistic = true;
+      ds.params.temperature = 1.0f;
+      ds.rng = &rng;
+      Draft draft;
+      d->propose(seq, s.tokens[size_t(a)], a, drafts, ds, draft);
+      d->end(seq);
+      ASSERT_EQ(int(draft.tokens.size()), drafts);
+      datagen::HiddenDataset::Sample teacher = s;
+      if (dspark)  // slot k's Markov input is the token at a + k: the engine's draft k - 1
+        for (int k = 0; k + 1 < drafts; ++k) teacher.tokens[size_t(a + 1 + k)] = draft.tokens[size_t(k)];
+      const torch::Tensor ref = block_draft_logits(dir, pipeline().target, teacher, a);
+      for (int k = 0; k < drafts; ++k) {
+        const int slot = dspark ? k : k + 1;  // DFlash: slot 0 is the anchor, slot k >= 1 drafts k - 1
+        const auto [worst, spread] = log_gap(ref[slot], draft.q.data() + int64_t(k) * draft.vocab, draft.vocab);
+        EXPECT_LT(worst, 1e-3f) << spec_method_name(method) << ", sample " << i << ", draft " << k;
         EXPECT_GT(spread, 0.5f) << "the logits are too flat to tell layers apart";
       }
       ++checked;

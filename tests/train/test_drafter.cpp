@@ -246,6 +246,25 @@ std::pair<float, float> log_gap(const torch::Tensor& logits_row, const float* q,
   return {worst, spread};
 }
 
+// The engine drafter's k proposals (sampled at T=1, so their q rows are the softmax of its logits)
+// after the context x_0..x_{n-1} of sample `s` with its target features, anchored at x_n.
+Draft propose_after(Drafter& d, const datagen::HiddenDataset::Sample& s, int n, int k, uint64_t seed) {
+  const int64_t width = int64_t(s.layers) * s.hidden;
+  std::vector<float> feats;
+  for (int r = 0; r < n; ++r) feats.insert(feats.end(), s.at(r, 0), s.at(r, 0) + width);
+  const int seq = d.begin();
+  d.extend(seq, std::span<const int32_t>(s.tokens.data(), size_t(n)), 0, TargetFeatures{feats.data(), n, int(width)});
+  Rng rng(seed, 1);
+  DraftSampling ds;
+  ds.probabilistic = true;
+  ds.params.temperature = 1.0f;
+  ds.rng = &rng;
+  Draft draft;
+  d.propose(seq, s.tokens[size_t(n)], n, k, ds, draft);
+  d.end(seq);
+  return draft;
+}
+
 // The engine's EAGLE-3 proposals against the trainer's training-time-test unrolling, for one and
 // two layers: after the prefix x_0..x_t, the engine's q for draft k equals the softmax of the
 // trainer's step-k logits at position t once the sequence holds the engine's own drafts after
@@ -271,20 +290,7 @@ TEST(DrafterParity, Eagle3EngineProposalsMatchTheTrainersUnrolledSteps) {
       datagen::HiddenDataset::Sample s = data.load(i);
       const int T = int(s.tokens.size()), t = T - D - 2;
       if (t < 2) continue;
-      const int64_t width = int64_t(s.layers) * s.hidden;
-      std::vector<float> feats;
-      for (int r = 0; r <= t; ++r) feats.insert(feats.end(), s.at(r, 0), s.at(r, 0) + width);
-      const int seq = d->begin();
-      d->extend(seq, std::span<const int32_t>(s.tokens.data(), size_t(t + 1)), 0,
-                TargetFeatures{feats.data(), t + 1, int(width)});
-      Rng rng(5, i);
-      DraftSampling ds;
-      ds.probabilistic = true;
-      ds.params.temperature = 1.0f;
-      ds.rng = &rng;
-      Draft draft;
-      d->propose(seq, s.tokens[size_t(t + 1)], t + 1, D, ds, draft);
-      d->end(seq);
+      const Draft draft = propose_after(*d, s, t + 1, D, 5 + i);
       ASSERT_EQ(int(draft.tokens.size()), D);
       datagen::HiddenDataset::Sample teacher = s;
       for (int k = 0; k + 1 < D; ++k) teacher.tokens[size_t(t + 2 + k)] = draft.tokens[size_t(k)];
@@ -326,19 +332,7 @@ TEST(DrafterParity, BlockEngineProposalsMatchTheTrainersBlockPass) {
       datagen::HiddenDataset::Sample s = data.load(i);
       const int T = int(s.tokens.size()), a = T - dc.block_size - 2;
       if (a < 2) continue;
-      const int64_t width = int64_t(s.layers) * s.hidden;
-      std::vector<float> feats;
-      for (int r = 0; r < a; ++r) feats.insert(feats.end(), s.at(r, 0), s.at(r, 0) + width);
-      const int seq = d->begin();
-      d->extend(seq, std::span<const int32_t>(s.tokens.data(), size_t(a)), 0, TargetFeatures{feats.data(), a, int(width)});
-      Rng rng(9, i);
-      DraftSampling ds;
-      ds.probabilistic = true;
-      ds.params.temperature = 1.0f;
-      ds.rng = &rng;
-      Draft draft;
-      d->propose(seq, s.tokens[size_t(a)], a, drafts, ds, draft);
-      d->end(seq);
+      const Draft draft = propose_after(*d, s, a, drafts, 9 + i);
       ASSERT_EQ(int(draft.tokens.size()), drafts);
       datagen::HiddenDataset::Sample teacher = s;
       if (dspark)  // slot k's Markov input is the token at a + k: the engine's draft k - 1

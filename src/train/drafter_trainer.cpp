@@ -6,6 +6,8 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include "core/cpu.h"
 #include "core/error.h"
@@ -99,11 +101,29 @@ void init_weights(torch::nn::Module& m, uint64_t seed) {
   }
 }
 
+// A sample's hidden states as [T, n_layers + 1, H] (no copy): the tapped layers, then the final-normed state.
+torch::Tensor hidden_view(const HiddenDataset::Sample& s) {
+  return torch::from_blob(const_cast<float*>(s.hidden_states.data()), {int64_t(s.tokens.size()), s.layers + 1, s.hidden},
+                          torch::kFloat32);
+}
+
+// The block pass of a DSpark / DFlash drafter over blocks `b` anchored at `anchors`: hidden rows
+// h [N*g, H] and slot logits [N*g, V] in f32, with DSpark's Markov bias teacher-forced on b.prev.
+// Runs under the caller's autocast.
+std::pair<torch::Tensor, torch::Tensor> block_pass(BlockDrafter& m, const Frozen& fz, const torch::Tensor& features,
+                                                   const Blocks& b, const std::vector<int64_t>& anchors) {
+  auto h = m->backbone(features, fz.embed.index({b.inputs.reshape({-1})}), b.positions,
+                       torch::tensor(anchors, torch::kInt64));  // [N*g, H]
+  auto logits = torch::matmul(h, fz.lm_head.t()).to(torch::kFloat32);
+  if (m->markov_head) logits = logits + m->markov_head->bias(b.prev.reshape({-1}), h, b.inputs.size(1)).to(torch::kFloat32);
+  return {h, logits};
+}
+
 // The per-sequence loss of a DSpark / DFlash drafter (weighted mean over its supervised slots).
 torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const HiddenDataset::Sample& s,
                                   const DrafterTrainConfig& c, bool bf16, uint64_t anchor_seed, LossParts* parts) {
   const int64_t T = int64_t(s.tokens.size()), n = s.layers, H = s.hidden;
-  auto hs = torch::from_blob(const_cast<float*>(s.hidden_states.data()), {T, n + 1, H}, torch::kFloat32);
+  auto hs = hidden_view(s);
   auto features = hs.index({Slice(), Slice(0, n)}).reshape({T, n * H});
   auto final_hidden = hs.index({Slice(), n});
   Rng rng(anchor_seed);
@@ -113,18 +133,14 @@ torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const Hidde
   const int gamma = dspark ? c.drafts : c.drafts + 1;
   Blocks b = build_blocks(s.tokens, s.loss_mask, anchors, gamma, fz.mask_token,
                           dspark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly);
-  auto embeds = fz.embed.index({b.inputs.reshape({-1})});
-  auto anchor_t = torch::tensor(anchors, torch::kInt64);
   torch::Tensor logits, conf;
-  auto prev = b.prev.reshape({-1});
   {
     // bf16 autocast for the products; logits, bias and confidence are summed and scored in f32.
     Bf16Autocast autocast(bf16);
-    auto h = m->backbone(features, embeds, b.positions, anchor_t);  // [N*g, H]
-    logits = torch::matmul(h, fz.lm_head.t()).to(torch::kFloat32);
-    if (dspark && m->markov_head) logits = logits + m->markov_head->bias(prev, h, gamma).to(torch::kFloat32);
+    torch::Tensor h;
+    std::tie(h, logits) = block_pass(m, fz, features, b, anchors);
     if (dspark && m->confidence_head) {
-      auto in = m->cfg.confidence_with_markov ? torch::cat({h, m->markov_head->embed(prev)}, -1) : h;
+      auto in = m->cfg.confidence_with_markov ? torch::cat({h, m->markov_head->embed(b.prev.reshape({-1}))}, -1) : h;
       conf = m->confidence_head->proj(in).squeeze(-1).to(torch::kFloat32);
     }
   }
@@ -151,7 +167,7 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Hid
                                    std::vector<torch::Tensor>* step_logits = nullptr) {
   const int64_t T = int64_t(s.tokens.size()), nl = s.layers, H = s.hidden, n = T - 1;
   if (n < 2) return {};
-  auto hs = torch::from_blob(const_cast<float*>(s.hidden_states.data()), {T, nl + 1, H}, torch::kFloat32);
+  auto hs = hidden_view(s);
   auto features = hs.index({Slice(0, n), Slice(0, nl)}).reshape({n, nl * H});
   auto final_hidden = hs.index({Slice(), nl});
   auto tokens = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()), torch::kInt64);
@@ -314,22 +330,16 @@ torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::stri
   load_parameters(*m, drafter_dir);
   m->eval();
   torch::NoGradGuard ng;
-  const int64_t T = int64_t(s.tokens.size()), n = s.layers, H = s.hidden;
-  const bool dspark = dc.method == SpecMethod::DSpark;
-  const int gamma = dc.block_size;
-  auto hs = torch::from_blob(const_cast<float*>(s.hidden_states.data()), {T, n + 1, H}, torch::kFloat32);
-  auto features = hs.index({Slice(), Slice(0, n)}).reshape({T, n * H});
-  std::vector<uint8_t> all(s.tokens.size(), 1);
-  Blocks b = build_blocks(s.tokens, all, {anchor}, gamma, dc.mask_token_id,
-                          dspark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly);
-  auto h = m->backbone(features, fz.embed.index({b.inputs.reshape({-1})}), b.positions,
-                       torch::tensor(std::vector<int64_t>{anchor}, torch::kInt64));
-  auto logits = torch::matmul(h, fz.lm_head.t());
-  if (dspark && m->markov_head) logits = logits + m->markov_head->bias(b.prev.reshape({-1}), h, gamma);
-  return logits;
+  auto features = hidden_view(s).index({Slice(), Slice(0, s.layers)}).reshape({int64_t(s.tokens.size()), -1});
+  const std::vector<uint8_t> all(s.tokens.size(), 1);
+  Blocks b = build_blocks(s.tokens, all, {anchor}, dc.block_size, dc.mask_token_id,
+                          dc.method == SpecMethod::DSpark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly);
+  return block_pass(m, fz, features, b, {anchor}).second;
 }
 
-double train_drafter(const DrafterTrainConfig& c) {
+double train_drafter(const DrafterTrainConfig& cfg) {
+  DrafterTrainConfig c = cfg;
+  if (c.layers == 0) c.layers = c.method == SpecMethod::Eagle3 ? 1 : 2;  // each method's usual depth
   if (c.world_size < 1 || c.rank < 0 || c.rank >= c.world_size) fail("rank ", c.rank, " is outside world size ", c.world_size);
   if (c.batch % c.world_size != 0) fail("batch ", c.batch, " must be a multiple of the number of processes ", c.world_size);
   if (c.drafts < 1 || c.drafts > 32) fail("drafts must be between 1 and 32");

@@ -19,7 +19,7 @@ struct DrafterTrainConfig {
   std::string target;  // target HF directory (config, frozen embeddings and lm_head)
   std::string data;    // hidden-state dataset (dspark datagen hidden)
   std::string out;     // run directory; the drafter is written to OUT/drafter
-  int layers = 2;      // decoder layers (EAGLE-3: the fused first layer, then plain ones)
+  int layers = 0;      // decoder layers (EAGLE-3: the fused first layer, then plain ones); 0: 2, EAGLE-3 1
   int drafts = 8;      // drafts per pass: DSpark gamma, DFlash block - 1, EAGLE-3 TTT steps
   int markov_rank = 64;
   std::string markov_head = "vanilla";

@@ -173,7 +173,6 @@ int cmd_drafter(int argc, char** argv) {
   c.data = a.str("data");
   c.out = a.str("out");
   c.layers = int(a.integer("layers"));
-  if (c.layers == 0) c.layers = c.method == SpecMethod::Eagle3 ? 1 : 2;
   c.drafts = int(a.integer("drafts"));
   c.markov_rank = int(a.integer("markov-rank"));
   c.markov_head = a.str("markov-head");

@@ -12,5 +12,6 @@ int cmd_tokenizer(int argc, char** argv);
 int cmd_train(int argc, char** argv);
 int cmd_datagen(int argc, char** argv);
 int cmd_calibrate(int argc, char** argv);
+int cmd_drafter(int argc, char** argv);
 
 }  // namespace dspark

@@ -25,6 +25,7 @@ const Command kCommands[] = {
     {"train", "train target models and drafters (runs the dspark-train binary)", dspark::cmd_train},
     {"datagen", "drafter training data: regenerate responses with the target, store its hidden states", dspark::cmd_datagen},
     {"calibrate", "fit a DSpark drafter's confidence temperatures (STS) on held-out prompts", dspark::cmd_calibrate},
+    {"drafter", "operations on trained drafters: a reduced draft vocabulary from the training data", dspark::cmd_drafter},
 };
 
 void print_usage(FILE* out) {

@@ -9,15 +9,18 @@
 namespace dspark {
 
 std::vector<std::string> dflash_backbone_names(const DrafterConfig& cfg) {
-  std::vector<std::string> n{"fc.weight", "hidden_norm.weight", "norm.weight", "embed_tokens.weight", "lm_head.weight"};
+  std::vector<std::string> n{"fc.weight", "hidden_norm.weight", "norm.weight", "embed_tokens.weight", "lm_head.weight",
+                             "d2t", "t2d"};
   for (int i = 0; i < cfg.layers.num_layers; ++i)
     for (auto& s : decoder_layer_names(cfg.layers, "layers." + std::to_string(i) + ".")) n.push_back(s);
   return n;
 }
 
 DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
-                               size_t arena_extra, int64_t kv_tokens)
+                               size_t arena_extra, int64_t kv_tokens, std::vector<int32_t> to_target)
     : cfg_(cfg),
+      target_vocab_(target.config().vocab_size),
+      to_target_(std::move(to_target)),
       kv_(cfg.layers.num_layers, cfg.layers.num_kv_heads, cfg.layers.head_dim, dtype, kv_tokens) {
   const ModelConfig& L = cfg.layers;
   const ModelConfig& T = target.config();
@@ -32,9 +35,13 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
     if (id < -1 || id >= T.num_layers)
       fail(cfg.path, ": target layer id ", id, " is outside the target's layers [-1, ", T.num_layers - 1, "]");
   const bool own_embed = src.has("embed_tokens.weight"), own_head = src.has("lm_head.weight");
+  const int64_t Vd = to_target_.empty() ? T.vocab_size : int64_t(to_target_.size());
+  if (!to_target_.empty() && !own_head)
+    fail(cfg.path, ": a reduced draft vocabulary (", Vd, " of ", T.vocab_size,
+         " ids) needs the drafter's own 'lm_head.weight' of ", Vd, " rows");
   size_t bytes = WeightArena::matrix_bytes(dtype, H, feat) + decoder_layer_bytes(L, dtype, H) * size_t(L.num_layers) + arena_extra;
   if (own_embed) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
-  if (own_head) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
+  if (own_head) bytes += WeightArena::matrix_bytes(dtype, Vd, H);
   arena_ = std::make_unique<WeightArena>(dtype, bytes);
   fc_ = arena_->matrix(src, "fc.weight", H, feat);
   arena_->pack(fc_);
@@ -49,13 +56,28 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
     embed_ = &target.embed();
   }
   if (own_head) {
-    own_lm_head_ = arena_->matrix(src, "lm_head.weight", T.vocab_size, H);
+    own_lm_head_ = arena_->matrix(src, "lm_head.weight", Vd, H);
     arena_->pack(own_lm_head_);
     lm_head_ = &own_lm_head_;
   } else {
     lm_head_ = &target.lm_head();
   }
   inv_freq_ = L.rope_inv_freq();
+}
+
+int32_t DflashBackbone::draw(const float* z, const DraftSampling& ds, Sampler& sampler, float* q_row) {
+  const int Vd = draft_vocab();
+  if (!ds.dense_q()) return to_target(argmax(z, Vd));
+  if (to_target_.empty()) {
+    sampler.dense(z, Vd, ds.params, q_row);  // the exact q the verifier will see
+    return Sampler::draw_dense(q_row, Vd, *ds.rng);
+  }
+  qd_.resize(size_t(Vd));
+  sampler.dense(z, Vd, ds.params, qd_.data());
+  const int d = Sampler::draw_dense(qd_.data(), Vd, *ds.rng);
+  std::memset(q_row, 0, size_t(target_vocab_) * sizeof(float));
+  for (int i = 0; i < Vd; ++i) q_row[to_target_[size_t(i)]] = qd_[size_t(i)];
+  return to_target_[size_t(d)];
 }
 
 int DflashBackbone::new_sequence() { return kv_.create_sequence(); }

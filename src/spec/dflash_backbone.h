@@ -13,6 +13,7 @@
 #include "model/layer.h"
 #include "model/model.h"
 #include "model/weight_source.h"
+#include "spec/drafter.h"
 #include "spec/drafter_config.h"
 
 namespace dspark {
@@ -22,14 +23,25 @@ class DflashBackbone {
   // Reads fc, hidden_norm, layers.*, norm (and embed_tokens / lm_head when the checkpoint has
   // them; otherwise the target's are used) from `src`; `arena_extra` bytes are reserved for
   // the caller's own matrices (e.g. the Markov head).
+  // With a reduced draft vocabulary (`to_target[i]`: the target id of draft id i, see
+  // draft_vocab_map) the checkpoint must hold its own lm_head of to_target.size() rows.
   DflashBackbone(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
-                 size_t arena_extra, int64_t kv_tokens);
+                 size_t arena_extra, int64_t kv_tokens, std::vector<int32_t> to_target = {});
 
   const DrafterConfig& config() const { return cfg_; }
   WeightArena& arena() { return *arena_; }
   const WeightMatrix& embed() const { return *embed_; }
   const WeightMatrix& lm_head() const { return *lm_head_; }
   int hidden() const { return cfg_.layers.hidden_size; }
+  // Rows of lm_head(): the draft vocabulary (the target's vocabulary unless reduced).
+  int draft_vocab() const { return lm_head_->n; }
+  int target_vocab() const { return target_vocab_; }
+  // Draft id -> target id.
+  int32_t to_target(int d) const { return to_target_.empty() ? d : to_target_[size_t(d)]; }
+  // One draft from draft-vocabulary logits z: the argmax, or (ds.dense_q()) a draw from the
+  // sampling distribution, whose target-vocabulary form is written to q_row (zero outside the
+  // draft vocabulary). Returns the target id.
+  int32_t draw(const float* z, const DraftSampling& ds, Sampler& sampler, float* q_row);
 
   int new_sequence();
   void free_sequence(int seq);
@@ -50,6 +62,9 @@ class DflashBackbone {
   const WeightMatrix* embed_ = nullptr;
   const WeightMatrix* lm_head_ = nullptr;
   std::vector<float> inv_freq_;
+  int target_vocab_ = 0;
+  std::vector<int32_t> to_target_;
+  Buffer<float> qd_;
   KvCache kv_;
   LayerScratch scratch_;
   Buffer<float> ctx_, h_, out_;

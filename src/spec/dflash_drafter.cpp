@@ -12,8 +12,9 @@ namespace {
 
 class DflashDrafter : public Drafter {
  public:
-  DflashDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype)
-      : bb_(cfg, target, src, dtype, 0, 1 << 20), vocab_(target.config().vocab_size), layers_(cfg.target_layer_ids) {}
+  DflashDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
+                std::vector<int32_t> to_target)
+      : bb_(cfg, target, src, dtype, 0, 1 << 20, std::move(to_target)), vocab_(target.config().vocab_size), layers_(cfg.target_layer_ids) {}
 
   SpecMethod method() const override { return SpecMethod::DFlash; }
   const std::vector<int>& target_layers() const override { return layers_; }
@@ -37,20 +38,13 @@ class DflashDrafter : public Drafter {
     block_.assign(size_t(cfg.block_size), cfg.mask_token_id);
     block_[0] = anchor;
     const float* h = bb_.run_block(seq, block_, pos);
-    const int64_t H = bb_.hidden();
-    logits_.resize(size_t(k) * size_t(vocab_));
-    gemm(h + H, k, H, bb_.lm_head(), logits_.data(), vocab_);  // slots 1..k
+    const int64_t H = bb_.hidden(), Vd = bb_.draft_vocab();
+    logits_.resize(size_t(k) * size_t(Vd));
+    gemm(h + H, k, H, bb_.lm_head(), logits_.data(), Vd);  // slots 1..k, over the draft vocabulary
     if (ds.dense_q()) out.q.resize(size_t(k) * size_t(vocab_));
-    for (int i = 0; i < k; ++i) {
-      const float* z = logits_.data() + int64_t(i) * vocab_;
-      if (ds.dense_q()) {
-        float* q = out.q.data() + int64_t(i) * vocab_;
-        sampler_.dense(z, vocab_, ds.params, q);
-        out.tokens.push_back(Sampler::draw_dense(q, vocab_, *ds.rng));
-      } else {
-        out.tokens.push_back(argmax(z, vocab_));
-      }
-    }
+    for (int i = 0; i < k; ++i)
+      out.tokens.push_back(bb_.draw(logits_.data() + int64_t(i) * Vd, ds, sampler_,
+                                    ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr));
   }
 
  private:
@@ -65,8 +59,8 @@ class DflashDrafter : public Drafter {
 }  // namespace
 
 std::unique_ptr<Drafter> make_dflash_drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
-                                             DType dtype) {
-  return std::make_unique<DflashDrafter>(cfg, target, src, dtype);
+                                             DType dtype, std::vector<int32_t> to_target) {
+  return std::make_unique<DflashDrafter>(cfg, target, src, dtype, std::move(to_target));
 }
 
 }  // namespace dspark

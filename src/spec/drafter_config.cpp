@@ -103,8 +103,8 @@ DrafterConfig DrafterConfig::load(const std::string& dir) {
       if (pm.is_array() && !pm.empty() && pm[0].contains("speculative_tokens") && pm[0]["speculative_tokens"].is_number_integer())
         c.speculative_tokens = pm[0]["speculative_tokens"].get<int>();
     }
+    c.draft_vocab_size = int_field(j, "draft_vocab_size", path, 0, false);
     if (c.method == SpecMethod::Eagle3) {
-      c.draft_vocab_size = int_field(j, "draft_vocab_size", path, 0, false);
       c.norm_before_residual = bool_field(j, "norm_before_residual", path, true);
     } else {
       c.block_size = int_field(j, "block_size", path, 0, true);
@@ -136,6 +136,7 @@ DrafterConfig DrafterConfig::load(const std::string& dir) {
     c.block_size = int_field(f, "block_size", path, 0, true);
     c.mask_token_id = int_field(f, "mask_token_id", path, 0, true);
     c.num_target_layers = int_field(f, "num_target_layers", path, 0, false);
+    c.draft_vocab_size = int_field(f, "draft_vocab_size", path, 0, false);
     if (dspark) read_markov(c, f, path);
   }
   if (c.method != SpecMethod::Eagle3) {
@@ -144,6 +145,7 @@ DrafterConfig DrafterConfig::load(const std::string& dir) {
     if (c.mask_token_id < 0) fail(path, ": field 'mask_token_id' must be >= 0");
   }
   if (c.target_layer_ids.empty()) fail(path, ": the drafter names no target layers");
+  if (c.draft_vocab_size < 0) fail(path, ": field 'draft_vocab_size' must be >= 0, got ", c.draft_vocab_size);
   return c;
 }
 
@@ -154,6 +156,7 @@ json DrafterConfig::to_deepspec_json() const {
   j["target_layer_ids"] = target_layer_ids;
   j["mask_token_id"] = mask_token_id;
   if (num_target_layers) j["num_target_layers"] = num_target_layers;
+  if (draft_vocab_size) j["draft_vocab_size"] = draft_vocab_size;
   j["tie_word_embeddings"] = false;
   if (method == SpecMethod::DSpark) {
     j["markov_rank"] = markov_rank;

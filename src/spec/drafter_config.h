@@ -23,7 +23,7 @@ struct DrafterConfig {
   bool confidence_head = false;
   bool confidence_with_markov = true;
   std::vector<float> sts_temperatures;  // per-position confidence temperatures (calibration)
-  int draft_vocab_size = 0;        // EAGLE-3 (0: the target's)
+  int draft_vocab_size = 0;        // a reduced draft vocabulary (d2t / t2d tensors); 0: the target's
   bool norm_before_residual = true;   // EAGLE-3
   int speculative_tokens = 0;      // the drafter's own default (0: none)
   std::string format;              // "deepspec", "zlab", "speculators"

@@ -20,14 +20,16 @@ float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 
 class DsparkDrafter : public Drafter {
  public:
-  DsparkDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype)
-      : bb_(cfg, target, src, dtype, head_bytes(cfg, target, dtype), 1 << 20) {
-    const int64_t V = target.config().vocab_size, H = bb_.hidden(), r = cfg.markov_rank;
+  DsparkDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
+                std::vector<int32_t> to_target)
+      : bb_(cfg, target, src, dtype, head_bytes(cfg, target, dtype), 1 << 20, std::move(to_target)) {
+    const int64_t V = target.config().vocab_size, Vd = bb_.draft_vocab(), H = bb_.hidden(), r = cfg.markov_rank;
     vocab_ = int(V);
     WeightArena& a = bb_.arena();
     if (r > 0) {
+      // W1 is read by the previous token's target id; W2 adds a bias to each draft-vocabulary logit.
       w1_ = a.matrix(src, "markov_head.markov_w1.weight", V, r);
-      w2_ = a.matrix(src, "markov_head.markov_w2.weight", V, r);
+      w2_ = a.matrix(src, "markov_head.markov_w2.weight", Vd, r);
       a.pack(w2_);  // W2 is only multiplied (one row per drafted token); W1 is read by row
       if (cfg.markov_head_type == "gated") {
         gate_ = a.matrix(src, "markov_head.gate_proj.weight", r, H + r);
@@ -49,8 +51,9 @@ class DsparkDrafter : public Drafter {
 
   static size_t head_bytes(const DrafterConfig& cfg, const Model& target, DType dtype) {
     const int64_t V = target.config().vocab_size, H = target.config().hidden_size, r = cfg.markov_rank;
+    const int64_t Vd = cfg.draft_vocab_size > 0 ? cfg.draft_vocab_size : V;
     if (r == 0) return 0;
-    size_t b = 2 * WeightArena::matrix_bytes(dtype, V, r);
+    size_t b = WeightArena::matrix_bytes(dtype, V, r) + WeightArena::matrix_bytes(dtype, Vd, r);
     if (cfg.markov_head_type == "gated") b += WeightArena::matrix_bytes(dtype, r, H + r);
     if (cfg.markov_head_type == "rnn") b += WeightArena::matrix_bytes(dtype, 3 * r, 2 * r + H);
     return b;
@@ -83,8 +86,8 @@ class DsparkDrafter : public Drafter {
     block_.assign(size_t(gamma), cfg.mask_token_id);
     block_[0] = anchor;  // the anchor slot is the first prediction
     const float* h = bb_.run_block(seq, block_, pos);
-    const int64_t H = bb_.hidden(), V = vocab_, r = cfg.markov_rank;
-    // Base logits U_k for the slots that will be used.
+    const int64_t H = bb_.hidden(), V = bb_.draft_vocab(), r = cfg.markov_rank;
+    // Base logits U_k over the draft vocabulary for the slots that will be used.
     logits_.resize(size_t(k) * size_t(V));
     gemm(h, k, H, bb_.lm_head(), logits_.data(), V);
     e_.resize(size_t(std::max<int64_t>(r, 1)));
@@ -92,7 +95,7 @@ class DsparkDrafter : public Drafter {
     feat_.resize(size_t(H + 2 * r + 1));
     joint_out_.resize(size_t(3 * std::max<int64_t>(r, 1)));
     state_.assign(size_t(std::max<int64_t>(r, 1)), 0.f);
-    if (ds.dense_q()) out.q.resize(size_t(k) * size_t(V));
+    if (ds.dense_q()) out.q.resize(size_t(k) * size_t(vocab_));
     int32_t prev = anchor;
     for (int i = 0; i < k; ++i) {
       float* z = logits_.data() + int64_t(i) * V;
@@ -130,14 +133,7 @@ class DsparkDrafter : public Drafter {
         out.confidence.push_back(sigmoid(float(s) / t));
         out.confidence_logit.push_back(float(s));
       }
-      int32_t x;
-      if (ds.dense_q()) {
-        float* q = out.q.data() + int64_t(i) * V;
-        sampler_.dense(z, int(V), ds.params, q);  // the exact q the verifier will see
-        x = Sampler::draw_dense(q, int(V), *ds.rng);
-      } else {
-        x = argmax(z, int(V));
-      }
+      const int32_t x = bb_.draw(z, ds, sampler_, ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr);
       out.tokens.push_back(x);
       prev = x;
     }
@@ -161,8 +157,10 @@ class DsparkDrafter : public Drafter {
 }  // namespace
 
 std::unique_ptr<Drafter> make_dspark_drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
-                                             DType dtype) {
-  return std::make_unique<DsparkDrafter>(cfg, target, src, dtype);
+                                             DType dtype, std::vector<int32_t> to_target) {
+  if (!to_target.empty() && int(to_target.size()) != cfg.draft_vocab_size)
+    fail(cfg.path, ": draft_vocab_size ", cfg.draft_vocab_size, " but the draft vocabulary maps ", to_target.size(), " ids");
+  return std::make_unique<DsparkDrafter>(cfg, target, src, dtype, std::move(to_target));
 }
 
 std::vector<std::string> dspark_head_names(const DrafterConfig& cfg) {

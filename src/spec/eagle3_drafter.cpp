@@ -35,7 +35,7 @@ namespace {
 class Eagle3Drafter : public Drafter {
  public:
   Eagle3Drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
-                std::vector<int64_t> d2t)
+                std::vector<int32_t> to_target)
       : cfg_(cfg),
         kv_(std::max(1, cfg.layers.num_layers), cfg.layers.num_kv_heads, cfg.layers.head_dim, dtype, 1 << 20),
         vocab_(target.config().vocab_size),
@@ -70,13 +70,11 @@ class Eagle3Drafter : public Drafter {
     } else {
       embed_ = &target.embed();
     }
-    // Draft id i stands for target id i + d2t[i].
-    to_target_.resize(size_t(draft_vocab_));
-    for (int i = 0; i < draft_vocab_; ++i) {
-      const int64_t t = i + (d2t.empty() ? 0 : d2t[size_t(i)]);
-      if (t < 0 || t >= vocab_) fail(cfg.path, ": d2t maps draft id ", i, " to ", t, ", outside the target vocabulary");
-      to_target_[size_t(i)] = int32_t(t);
-    }
+    to_target_ = std::move(to_target);  // validated by draft_vocab_map
+    if (to_target_.empty())
+      for (int i = 0; i < draft_vocab_; ++i) to_target_.push_back(i);
+    if (int(to_target_.size()) != draft_vocab_)
+      fail(cfg.path, ": draft_vocab_size ", draft_vocab_, " but the draft vocabulary maps ", to_target_.size(), " ids");
     inv_freq_ = L.rope_inv_freq();
     out_hidden_.resize(size_t(H));
   }
@@ -215,8 +213,8 @@ class Eagle3Drafter : public Drafter {
 }  // namespace
 
 std::unique_ptr<Drafter> make_eagle3_drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
-                                             DType dtype, std::vector<int64_t> d2t) {
-  return std::make_unique<Eagle3Drafter>(cfg, target, src, dtype, std::move(d2t));
+                                             DType dtype, std::vector<int32_t> to_target) {
+  return std::make_unique<Eagle3Drafter>(cfg, target, src, dtype, std::move(to_target));
 }
 
 }  // namespace dspark

@@ -9,6 +9,47 @@
 
 namespace dspark {
 
+std::vector<int32_t> draft_vocab_map(DrafterConfig& dc, const TensorStore& store, int vocab) {
+  if (!store.has("d2t")) {
+    if (store.has("t2d")) fail(dc.path, ": the checkpoint has a 't2d' tensor but no 'd2t'");
+    if (dc.draft_vocab_size > 0 && dc.draft_vocab_size != vocab)
+      fail(dc.path, ": draft_vocab_size ", dc.draft_vocab_size, " differs from the target's vocabulary (", vocab,
+           ") but there is no d2t tensor");
+    dc.draft_vocab_size = 0;
+    return {};
+  }
+  const TensorView& t = store.get("d2t");
+  if (t.dtype != DType::I64 || t.shape.size() != 1)
+    fail(t.file, ": tensor 'd2t' must be a 1-D I64 tensor, got ", dtype_name(t.dtype), " ", t.shape_str());
+  const int64_t n = t.shape[0];
+  if (dc.draft_vocab_size > 0 && n != dc.draft_vocab_size)
+    fail(t.file, ": tensor 'd2t' has ", n, " entries but draft_vocab_size is ", dc.draft_vocab_size);
+  if (n < 1 || n > vocab) fail(t.file, ": tensor 'd2t' has ", n, " entries; a draft vocabulary holds 1 to ", vocab);
+  std::vector<int64_t> d2t(static_cast<size_t>(n));
+  std::memcpy(d2t.data(), t.data, d2t.size() * 8);
+  // Draft id i stands for target id i + d2t[i]; no two draft ids may name the same target id.
+  std::vector<int32_t> map(static_cast<size_t>(n));
+  std::vector<uint8_t> seen(size_t(vocab), 0);
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t id = i + d2t[size_t(i)];
+    if (id < 0 || id >= vocab) fail(t.file, ": d2t maps draft id ", i, " to ", id, ", outside the target vocabulary");
+    if (seen[size_t(id)]++) fail(t.file, ": d2t maps two draft ids to target id ", id);
+    map[size_t(i)] = int32_t(id);
+  }
+  if (store.has("t2d")) {
+    const TensorView& m = store.get("t2d");
+    if (m.dtype != DType::BOOL || m.shape.size() != 1 || m.shape[0] != vocab)
+      fail(m.file, ": tensor 't2d' must be a BOOL tensor of the target's ", vocab, " entries, got ", dtype_name(m.dtype), " ",
+           m.shape_str());
+    const auto* f = static_cast<const uint8_t*>(m.data);
+    for (int v = 0; v < vocab; ++v)
+      if (bool(f[v]) != bool(seen[size_t(v)]))
+        fail(m.file, ": t2d marks target id ", v, f[v] ? " as" : " as not", " in the draft vocabulary, d2t says otherwise");
+  }
+  dc.draft_vocab_size = int(n);
+  return map;
+}
+
 std::unique_ptr<Drafter> load_drafter(SpecConfig& sc, const Model& target, DType dtype) {
   const std::string where = "--speculative-config";
   if (sc.method == SpecMethod::Ngram) {
@@ -53,25 +94,13 @@ std::unique_ptr<Drafter> load_drafter(SpecConfig& sc, const Model& target, DType
   for (const auto& [name, view] : store->tensors())
     if (!allowed.count(name))
       fail(view.file, ": unexpected tensor '", name, "' for a ", spec_method_name(dc.method), " drafter",
-           name == "t2d" || name == "d2t" ? " (a reduced draft vocabulary is supported for EAGLE-3 only)" : "");
-  std::vector<int64_t> d2t;
-  if (dc.method == SpecMethod::Eagle3 && store->has("d2t")) {
-    const TensorView& t = store->get("d2t");
-    if (t.dtype != DType::I64 || t.shape.size() != 1)
-      fail(t.file, ": tensor 'd2t' must be a 1-D I64 tensor, got ", dtype_name(t.dtype), " ", t.shape_str());
-    if (dc.draft_vocab_size > 0 && t.shape[0] != dc.draft_vocab_size)
-      fail(t.file, ": tensor 'd2t' has ", t.shape[0], " entries but draft_vocab_size is ", dc.draft_vocab_size);
-    d2t.resize(size_t(t.shape[0]));
-    std::memcpy(d2t.data(), t.data, d2t.size() * 8);
-    if (dc.draft_vocab_size == 0) dc.draft_vocab_size = int(t.shape[0]);
-  } else if (dc.method == SpecMethod::Eagle3 && dc.draft_vocab_size > 0 && dc.draft_vocab_size != target.config().vocab_size) {
-    fail(dc.path, ": draft_vocab_size ", dc.draft_vocab_size, " differs from the target's vocabulary but there is no d2t tensor");
-  }
+           "");
+  std::vector<int32_t> to_target = draft_vocab_map(dc, *store, target.config().vocab_size);
   auto src = checkpoint_source(std::move(store));
   switch (dc.method) {
-    case SpecMethod::DSpark: return make_dspark_drafter(dc, target, *src, dtype);
-    case SpecMethod::DFlash: return make_dflash_drafter(dc, target, *src, dtype);
-    case SpecMethod::Eagle3: return make_eagle3_drafter(dc, target, *src, dtype, std::move(d2t));
+    case SpecMethod::DSpark: return make_dspark_drafter(dc, target, *src, dtype, std::move(to_target));
+    case SpecMethod::DFlash: return make_dflash_drafter(dc, target, *src, dtype, std::move(to_target));
+    case SpecMethod::Eagle3: return make_eagle3_drafter(dc, target, *src, dtype, std::move(to_target));
     default: break;
   }
   fail("internal: no drafter for ", spec_method_name(dc.method));

@@ -15,6 +15,7 @@
 #include "runtime/generate.h"
 #include "runtime/spec_generate.h"
 #include "sample/sampler.h"
+#include "spec/draft_vocab.h"
 #include "spec/drafter.h"
 #include "spec/drafters.h"
 #include "spec/prefix_scheduler.h"
@@ -205,6 +206,16 @@ struct Harness {
     else if (kind == "dflash") { s.block = 5; write_dflash(d, cfg, s); }
     else if (kind == "eagle3") write_eagle3(d, cfg, s);
     else if (kind == "eagle3-2l") { s.layers = 2; write_eagle3(d, cfg, s); }
+    else if (kind.ends_with("-reduced")) {
+      // The drafter `base` with a reduced draft vocabulary: the ids it can propose whose index
+      // is not 1 mod 3 (DSpark / DFlash: two thirds of the target's; EAGLE-3: of its own).
+      const std::string full = drafter(kind.substr(0, kind.size() - 8), s);
+      const std::vector<uint8_t> can = drafter_vocab_mask(full, cfg.vocab_size);
+      std::vector<int32_t> keep;
+      for (int v = 0, n = 0; v < cfg.vocab_size; ++v)
+        if (can[size_t(v)] && n++ % 3 != 1) keep.push_back(v);
+      write_reduced_drafter(full, *target, keep, d);
+    }
     return d;
   }
 
@@ -238,6 +249,177 @@ SpecConfig config_for(const std::string& kind, const std::string& dir, int k, bo
   return SpecConfig::parse(j.dump());
 }
 
+// ---------------------------------------------------------------- reduced draft vocabularies
+
+TEST(DraftVocab, ChoiceIsStopTokensThenCountsThenIds) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int V = 2 + int(rng() % 40);
+    std::vector<int64_t> primary(static_cast<size_t>(V)), secondary(static_cast<size_t>(V));
+    std::vector<uint8_t> allowed(static_cast<size_t>(V));
+    for (int v = 0; v < V; ++v) {
+      primary[size_t(v)] = rng() % 4 == 0 ? 0 : int64_t(rng() % 5);  // many ties
+      secondary[size_t(v)] = int64_t(rng() % 3);
+      allowed[size_t(v)] = rng() % 5 != 0;
+    }
+    allowed[0] = 1;
+    std::vector<int32_t> always = {int32_t(rng() % uint32_t(V))};
+    int available = 0;
+    for (uint8_t a : allowed) available += a;
+    const int size = 1 + int(rng() % uint32_t(available));
+    // Brute force: rank every allowed id by (always, primary, secondary, -id) and take the best `size`.
+    std::vector<std::tuple<int, int64_t, int64_t, int>> ranked;
+    for (int v = 0; v < V; ++v)
+      if (allowed[size_t(v)])
+        ranked.emplace_back(v == always[0] ? 1 : 0, primary[size_t(v)], secondary[size_t(v)], -v);
+    std::sort(ranked.rbegin(), ranked.rend());
+    std::vector<int32_t> want;
+    for (int i = 0; i < size; ++i) want.push_back(-std::get<3>(ranked[size_t(i)]));
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(choose_draft_vocab(primary, secondary, allowed, always, size), want) << "trial " << trial;
+  }
+  const std::vector<int64_t> counts = {5, 0, 7};
+  EXPECT_NE(error_of([&] { choose_draft_vocab(counts, {}, {}, {}, 4); }).find("size 4 is outside [1, 3]"), std::string::npos);
+}
+
+// Target features of `prompt` fed to the drafter, then one proposal of k drafts after `anchor`.
+Draft propose_once(Harness& h, Drafter& d, const std::vector<int32_t>& prompt, int32_t anchor, int k, bool dense) {
+  const int seq = h.kv->create_sequence(), dseq = d.begin();
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int(i), seq, true);
+  ForwardRequest req;
+  req.tap_layers = d.target_layers();
+  req.logits = false;
+  const ForwardOutput& out = h.fwd->run(b, req);
+  d.extend(dseq, prompt, 0, TargetFeatures{out.taps, out.n_out, out.n_taps * out.hidden});
+  Rng rng(5);
+  SamplingParams sp;
+  sp.temperature = dense ? 1.f : 0.f;
+  DraftSampling ds{dense, sp, &rng};
+  Draft draft;
+  d.propose(dseq, anchor, int(prompt.size()), k, ds, draft);
+  d.end(dseq);
+  h.kv->free_sequence(seq);
+  return draft;
+}
+
+// A reduced drafter is the full one restricted to the kept ids: the first draft's q is the full
+// q renormalised over them (zero elsewhere) and its greedy pick is the full drafter's best kept
+// id (every draft for DFlash, whose drafts do not depend on each other).
+TEST(DraftVocab, ReducedDrafterIsTheFullOneRestricted) {
+  Harness h("vocab", 300, 5, 0.3f);
+  const int V = h.cfg.vocab_size;
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 19; ++i) prompt.push_back((i * 11 + 5) % 97);
+  for (const std::string kind : {"dspark", "dspark-gated", "dflash", "eagle3"}) {
+    DrafterSpec s;
+    s.std = 0.5f;
+    const std::string full_dir = h.drafter(kind, s), reduced_dir = h.drafter(kind + "-reduced", s);
+    const std::vector<uint8_t> kept = drafter_vocab_mask(reduced_dir, V);
+    int n_kept = 0;
+    for (uint8_t k : kept) n_kept += k;
+    ASSERT_GT(n_kept, 0);
+    ASSERT_LT(n_kept, V) << kind;
+    SpecConfig fs_ = config_for(kind, full_dir, 3, true, false, 0), rs = config_for(kind, reduced_dir, 3, true, false, 0);
+    auto full = load_drafter(fs_, *h.target, DType::F32);
+    auto reduced = load_drafter(rs, *h.target, DType::F32);
+    const int rows = kind == "dflash" ? 3 : 1;
+    const Draft fq = propose_once(h, *full, prompt, 7, 3, true), rq = propose_once(h, *reduced, prompt, 7, 3, true);
+    ASSERT_EQ(rq.q.size(), size_t(3 * V)) << kind << ": q must cover the target vocabulary";
+    for (int r = 0; r < rows; ++r) {
+      double mass = 0;
+      for (int v = 0; v < V; ++v)
+        if (kept[size_t(v)]) mass += fq.q_row(r)[v];
+      ASSERT_GT(mass, 0.05) << kind;
+      double worst = 0;
+      for (int v = 0; v < V; ++v) {
+        const double want = kept[size_t(v)] ? fq.q_row(r)[v] / mass : 0.0;
+        worst = std::max(worst, std::abs(double(rq.q_row(r)[v]) - want));
+      }
+      EXPECT_LT(worst, 1e-5) << kind << " draft " << r;
+      EXPECT_TRUE(kept[size_t(rq.tokens[size_t(r)])]) << kind << ": drew id " << rq.tokens[size_t(r)] << ", not kept";
+    }
+    const Draft fg = propose_once(h, *full, prompt, 7, 3, false), rg = propose_once(h, *reduced, prompt, 7, 3, false);
+    for (int r = 0; r < rows; ++r) {
+      // The full drafter's best kept id, by its q at T=1 (monotone in the logits).
+      int best = -1;
+      for (int v = 0; v < V; ++v)
+        if (kept[size_t(v)] && (best < 0 || fq.q_row(r)[v] > fq.q_row(r)[best])) best = v;
+      EXPECT_EQ(rg.tokens[size_t(r)], best) << kind << " draft " << r;
+    }
+    if (kind == "dspark") {
+      EXPECT_EQ(fg.confidence.size(), rg.confidence.size());
+      EXPECT_NEAR(fg.confidence[0], rg.confidence[0], 1e-6) << "the confidence head does not depend on the vocabulary";
+    }
+  }
+}
+
+TEST(DraftVocab, BadMappingsAreNamed) {
+  auto dir = temp_dir("vocab_bad");
+  ModelConfig t = tiny_target(64);
+  auto target = Model::build(t, *random_source(1), LoadOptions{DType::F32});
+  DrafterSpec s;
+  write_dspark((dir / "full").string(), t, s);
+  std::vector<int32_t> keep;
+  for (int v = 0; v < 64; v += 2) keep.push_back(v);
+  write_reduced_drafter((dir / "full").string(), *target, keep, (dir / "r").string());
+  auto load = [&](const fs::path& d) {
+    SpecConfig sc = SpecConfig::parse(R"({"model": ")" + d.string() + R"("})");
+    return error_of([&] { load_drafter(sc, *target, DType::F32); });
+  };
+  EXPECT_EQ(load(dir / "r"), "");
+  // Rewrites r's tensors into `to`, with `edit` applied to d2t / t2d / the rest.
+  auto rewrite = [&](const fs::path& to, const std::function<bool(const std::string&, SafetensorsWriter&, const TensorView&)>& edit) {
+    fs::create_directories(to);
+    fs::copy_file(dir / "r" / "config.json", to / "config.json", fs::copy_options::overwrite_existing);
+    SafetensorsFile f((dir / "r" / "model.safetensors").string());
+    SafetensorsWriter w;
+    for (auto& [n, v] : f.tensors())
+      if (!edit(n, w, v)) w.add(n, v.dtype, v.shape, v.data);
+    w.write((to / "model.safetensors").string());
+  };
+  // Two draft ids naming one target id.
+  rewrite(dir / "dup", [&](const std::string& n, SafetensorsWriter& w, const TensorView& v) {
+    if (n != "d2t") return false;
+    std::vector<int64_t> d(size_t(v.shape[0]));
+    std::memcpy(d.data(), v.data, d.size() * 8);
+    d[1] = d[0] - 1;  // draft id 1 -> target id 0, as draft id 0
+    w.add(n, v.dtype, v.shape, d.data());
+    return true;
+  });
+  EXPECT_NE(load(dir / "dup").find("two draft ids to target id 0"), std::string::npos) << load(dir / "dup");
+  // t2d disagreeing with d2t.
+  rewrite(dir / "t2d", [&](const std::string& n, SafetensorsWriter& w, const TensorView& v) {
+    if (n != "t2d") return false;
+    std::vector<uint8_t> m(v.data, v.data + v.nbytes);
+    m[1] = 1;
+    w.add(n, v.dtype, v.shape, m.data());
+    return true;
+  });
+  EXPECT_NE(load(dir / "t2d").find("t2d marks target id 1"), std::string::npos) << load(dir / "t2d");
+  // No d2t, a reduced draft_vocab_size.
+  rewrite(dir / "nod2t", [&](const std::string& n, SafetensorsWriter&, const TensorView&) { return n == "d2t" || n == "t2d"; });
+  EXPECT_NE(load(dir / "nod2t").find("no d2t tensor"), std::string::npos) << load(dir / "nod2t");
+  // d2t without the reduced head the backbone needs.
+  rewrite(dir / "nohead", [&](const std::string& n, SafetensorsWriter&, const TensorView&) { return n == "lm_head.weight"; });
+  EXPECT_NE(load(dir / "nohead").find("'lm_head.weight'"), std::string::npos) << load(dir / "nohead");
+  // A Markov W2 of the full vocabulary under a reduced one.
+  rewrite(dir / "w2", [&](const std::string& n, SafetensorsWriter& w, const TensorView& v) {
+    if (n != "markov_head.markov_w2.weight") return false;
+    std::vector<float> z(size_t(64 * v.shape[1]), 0.f);
+    w.add_f32(n, {64, v.shape[1]}, z.data(), DType::F32);
+    return true;
+  });
+  EXPECT_NE(load(dir / "w2").find("markov_head.markov_w2.weight"), std::string::npos) << load(dir / "w2");
+  // Reducing to an id the drafter cannot propose, or into its own directory.
+  EXPECT_NE(error_of([&] { write_reduced_drafter((dir / "r").string(), *target, std::vector<int32_t>{1, 2}, (dir / "x").string()); })
+                .find("token id 1 is not in the drafter's own draft vocabulary"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { write_reduced_drafter((dir / "r").string(), *target, keep, (dir / "r").string()); }).find("another directory"),
+            std::string::npos);
+  fs::remove_all(dir);
+}
+
 // ---------------------------------------------------------------- greedy exactness (f32)
 
 TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
@@ -256,10 +438,11 @@ TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
   const std::vector<Case> cases = {{"dspark", 0, false},       {"dspark", 0.5f, false}, {"dspark", 0.5f, true},
                                    {"dspark-gated", 0, false}, {"dspark-rnn", 0, false}, {"dspark-speculators", 0, false},
                                    {"dflash", 0, false},       {"eagle3", 0, false},    {"eagle3-2l", 0, false},
-                                   {"ngram", 0, false}};
+                                   {"dspark-reduced", 0, false}, {"dspark-reduced", 0.5f, true}, {"dflash-reduced", 0, false},
+                                   {"eagle3-reduced", 0, false}, {"ngram", 0, false}};
   for (const Case& c : cases) {
     std::string dir = c.kind == "ngram" ? "" : h.drafter(c.kind);
-    const int k = c.kind == "dflash" ? 4 : c.kind.starts_with("eagle3") ? 3 : 4;
+    const int k = c.kind.starts_with("eagle3") ? 3 : 4;
     SpecConfig sc = config_for(c.kind, dir, k, c.probabilistic, false, c.thr);
     auto drafter = load_drafter(sc, *h.target, DType::F32);
     FullBlockPolicy full;
@@ -422,12 +605,15 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
   cases.push_back({"eagle3", true, true, 0});
   cases.push_back({"eagle3", false, false, 0});
   cases.push_back({"eagle3-2l", true, true, 0});
+  cases.push_back({"dspark-reduced", true, true, 0});
+  cases.push_back({"dspark-reduced", true, false, 0.45f});
+  cases.push_back({"dflash-reduced", true, true, 0});
   cases.push_back({"ngram", false, true, 0});
   for (const Case& c : cases) {
     DrafterSpec s;
     s.std = 0.6f;
     const std::string dir = c.kind == "ngram" ? "" : h.drafter(c.kind, s);
-    SpecConfig sc = config_for(c.kind, dir, c.kind == "dflash" ? 4 : 3, c.probabilistic, c.block, c.thr);
+    SpecConfig sc = config_for(c.kind, dir, c.kind.starts_with("dflash") ? 4 : 3, c.probabilistic, c.block, c.thr);
     if (c.scheduler) {
       sc.adaptive_verification = true;
       sc.sps_curve = {1.0, 0.8, 0.7, 0.6};  // lengths 1 to 3 depending on the confidences

@@ -1,0 +1,124 @@
+// dspark drafter: operations on trained drafters. `reduce-vocab` gives a drafter a reduced draft
+// vocabulary (d2t / t2d) chosen from the token counts of its training data.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "datagen/regen_file.h"
+#include "spec/draft_vocab.h"
+
+namespace dspark {
+
+namespace {
+
+int reduce_vocab_cmd(int argc, char** argv) {
+  Args args;
+  args.flag("model", "target model directory")
+      .flag("drafter", "trained drafter directory (DSpark, DFlash or EAGLE-3); left unchanged")
+      .flag("data",
+            "the drafter's training data: regenerated JSONL (datagen regenerate), comma-separated "
+            "for several")
+      .flag("size", "draft vocabulary size (token ids kept)", true, "2048")
+      .flag("out", "output drafter directory")
+      .flag("json", "print the report as JSON", false);
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage(
+        "drafter reduce-vocab",
+        "Writes a copy of a drafter whose head scores only --size target ids: the target's stop\n"
+        "tokens, then the ids most frequent in the responses of its training data (then in its\n"
+        "prompts). The head's rows (lm_head, and DSpark's Markov W2) shrink to those ids and\n"
+        "d2t / t2d map them back, as in Speculators' EAGLE-3 checkpoints. Drafting costs less;\n"
+        "verification is unchanged, so outputs keep the target's distribution exactly.");
+    return 0;
+  }
+  const std::string target_dir = args.str("model"), drafter_dir = args.str("drafter");
+  const int64_t size = args.integer("size");
+  if (size < 1) fail("flag --size must be at least 1, got ", size);
+  auto model = Model::load(target_dir, LoadOptions{DType::F32});
+  const ModelConfig& c = model->config();
+  const int V = c.vocab_size;
+  std::vector<int64_t> response(size_t(V), 0), prompt(size_t(V), 0);
+  int64_t records = 0, response_tokens = 0;
+  std::stringstream files(args.str("data"));
+  for (std::string path; std::getline(files, path, ',');) {
+    if (path.empty()) continue;
+    const datagen::RegenFile f = datagen::read_regen_file(path);
+    for (const datagen::RegenRecord& r : f.records) {
+      ++records;
+      for (size_t i = 0; i < r.input_ids.size(); ++i) {
+        const int32_t t = r.input_ids[i];
+        if (t < 0 || t >= V)
+          fail(path, ": record ", r.id, " holds token id ", t,
+               ", outside the target's vocabulary (", V, ")");
+        (r.loss_mask[i] ? response : prompt)[size_t(t)] += 1;
+        response_tokens += r.loss_mask[i] ? 1 : 0;
+      }
+    }
+  }
+  if (response_tokens == 0)
+    fail("flag --data: no response tokens (loss_mask 1) in ", args.str("data"));
+  const std::vector<uint8_t> allowed = drafter_vocab_mask(drafter_dir, V);
+  std::vector<int32_t> always;
+  for (int id : c.eos_token_ids)
+    if (id >= 0 && id < V) always.push_back(id);
+  const std::vector<int32_t> keep =
+      choose_draft_vocab(response, prompt, allowed, always, int(size));
+  write_reduced_drafter(drafter_dir, *model, keep, args.str("out"));
+
+  int64_t covered = 0, distinct = 0, distinct_kept = 0;
+  std::vector<uint8_t> in(size_t(V), 0);
+  for (int32_t t : keep) in[size_t(t)] = 1;
+  for (int v = 0; v < V; ++v) {
+    if (response[size_t(v)] == 0) continue;
+    ++distinct;
+    if (in[size_t(v)]) {
+      ++distinct_kept;
+      covered += response[size_t(v)];
+    }
+  }
+  const double coverage = double(covered) / double(response_tokens);
+  if (args.on("json")) {
+    nlohmann::json j = {{"out", args.str("out")},
+                        {"draft_vocab_size", keep.size()},
+                        {"target_vocab_size", V},
+                        {"records", records},
+                        {"response_tokens", response_tokens},
+                        {"distinct_response_tokens", distinct},
+                        {"distinct_response_tokens_kept", distinct_kept},
+                        {"response_token_coverage", coverage}};
+    std::cout << j.dump(2) << "\n";
+  } else {
+    std::printf(
+        "%s: draft vocabulary of %zu of %d ids; it covers %.2f%% of the %lld response tokens of "
+        "%lld records "
+        "(%lld of %lld distinct ids)\n",
+        args.str("out").c_str(), keep.size(), V, 100.0 * coverage, (long long)response_tokens,
+        (long long)records, (long long)distinct_kept, (long long)distinct);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int cmd_drafter(int argc, char** argv) {
+  const char* usage =
+      "usage: dspark drafter <reduce-vocab> [flags]   (--help after each for its flags)\n\n"
+      "  reduce-vocab  a copy of a drafter with a reduced draft vocabulary (d2t / t2d) from its "
+      "training data\n";
+  if (argc < 1 || !std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h")) {
+    std::fputs(usage, argc < 1 ? stderr : stdout);
+    return argc < 1 ? 2 : 0;
+  }
+  const std::string sub = argv[0];
+  if (sub == "reduce-vocab") return reduce_vocab_cmd(argc - 1, argv + 1);
+  std::fprintf(stderr, "dspark drafter: unknown subcommand '%s'\n\n%s", sub.c_str(), usage);
+  return 2;
+}
+
+}  // namespace dspark

@@ -14,7 +14,7 @@
 # time of 800 DSpark steps), BATCH (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS
 # (gamma, 8), LAYERS (decoder layers of every method: the same depth, 2), PRECISION (auto: bf16
 # autocast where the CPU has AVX512-BF16 or AMX, else f32), ALL_PROMPTS_T1 (1: also every
-# held-out prompt at T=1; 0: skip).
+# held-out prompt at T=1; 0: skip), VOCAB (draft vocabulary of the DSpark drafter, 2048 ids; 0: none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-drafters}
@@ -32,6 +32,7 @@ PRECISION=${PRECISION:-auto}
 TAPS=${TAPS:-1,3,4}
 METHODS=${METHODS:-dspark dflash eagle3}
 BENCH_PROMPTS=${BENCH_PROMPTS:-20}
+VOCAB=${VOCAB:-2048}
 mkdir -p "$WORK"
 
 # 1. The target answers the corpus' training instructions (T 0.7, top-p 0.8, top-k 20): PROMPTS of them
@@ -71,15 +72,28 @@ EOF
     --limit 48 --max-tokens 96 --json > "$WORK/calibration.json"
 fi
 
+# 4b. A draft vocabulary for the calibrated DSpark drafter (the one committed as models/demo-dspark):
+#     the VOCAB ids most frequent in the regenerated responses. It keeps the full head, so greedy
+#     rounds draft over the draft vocabulary and sampled rounds over the full one.
+if [ "$VOCAB" -gt 0 ] && [ ! -f "$WORK/dspark_vocab/drafter/config.json" ]; then
+  mkdir -p "$WORK/dspark_vocab"
+  "$BIN/dspark" drafter reduce-vocab --model "$TARGET" --drafter "$WORK/dspark/drafter" --data "$WORK/regen.jsonl" \
+    --size "$VOCAB" --out "$WORK/dspark_vocab/drafter" --json > "$WORK/dspark_vocab/vocab.json"
+fi
+
 # 5. Accepted length and speedup per domain on the corpus' held-out prompts, at T=0 and T=1: every
 #    drafter verifying full blocks, then DSpark again with the hardware-aware prefix scheduler
 #    choosing each round's length (its cost curve profiled on this machine at load), "dspark_sched".
 # bench_run RUN TEMP LIMIT OUT_DIR: the five domains for one run (a method, or dspark_sched).
+# Runs: a method, dspark_sched (its scheduler), dspark_vocab (the drafter of step 4b).
 bench_run() {
   local run=$1 temp=$2 limit=$3 dir=$4 method=${1%_sched} extra="" domain out
+  method=${method%_vocab}
+  local drafter="$WORK/$run/drafter"
+  [ "$run" = dspark_sched ] && drafter="$WORK/dspark/drafter"
   [ "$method" = dspark ] && extra=', "rejection_sample_method": "block"'
   [ "$run" = dspark_sched ] && extra="$extra"', "enable_adaptive_verification": true'
-  local cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\"$extra}"
+  local cfg="{\"model\": \"$drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS, \"draft_sample_method\": \"probabilistic\"$extra}"
   for domain in math translation prose instructions code; do
     out="$dir/bench-$run-T$temp-$domain.json"
     [ -f "$out" ] && continue
@@ -92,6 +106,7 @@ bench_run() {
 }
 runs=$METHODS
 case " $METHODS " in *" dspark "*) runs="$runs dspark_sched" ;; esac
+[ -f "$WORK/dspark_vocab/drafter/config.json" ] && runs="$runs dspark_vocab"
 for run in $runs; do
   for temp in 0 1; do bench_run "$run" "$temp" "$BENCH_PROMPTS" "$WORK"; done
 done
@@ -104,10 +119,13 @@ if [ "${ALL_PROMPTS_T1:-1}" = 1 ]; then
 fi
 
 # 6. Exactness: in f32, greedy speculative output must be token-identical to plain greedy output.
-for method in $METHODS; do
-  out="$WORK/f32-$method.json"
+exact_runs=$METHODS
+[ -f "$WORK/dspark_vocab/drafter/config.json" ] && exact_runs="$exact_runs dspark_vocab"
+for run in $exact_runs; do
+  method=${run%_vocab}
+  out="$WORK/f32-$run.json"
   if [ ! -f "$out" ]; then
-    cfg="{\"model\": \"$WORK/$method/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS}"
+    cfg="{\"model\": \"$WORK/$run/drafter\", \"method\": \"$method\", \"num_speculative_tokens\": $DRAFTS}"
     "$BIN/dspark" bench spec --model "$TARGET" --speculative-config "$cfg" --dtype f32 \
       --prompts "$CORPUS/prompts/instructions.jsonl" --limit 10 --max-tokens 96 --temperature 0 --json > "$out.tmp"
     mv "$out.tmp" "$out"
@@ -121,4 +139,4 @@ if a["identical_outputs"] != a["prompts"]:
              % (sys.argv[1], a["prompts"] - a["identical_outputs"], a["prompts"]))
 EOF
 done
-echo "drafters: $WORK/{dspark,dflash,eagle3}/drafter; calibration: $WORK/calibration.json; benchmarks: $WORK/bench-*.json, $WORK/all-prompts-T1, $WORK/f32-*.json"
+echo "drafters: $WORK/{dspark,dflash,eagle3}/drafter, $WORK/dspark_vocab/drafter (models/demo-dspark); calibration: $WORK/calibration.json; benchmarks: $WORK/bench-*.json, $WORK/all-prompts-T1, $WORK/f32-*.json"

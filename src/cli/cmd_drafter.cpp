@@ -25,6 +25,11 @@ int reduce_vocab_cmd(int argc, char** argv) {
             "for several")
       .flag("size", "draft vocabulary size (token ids kept)", true, "2048")
       .flag("out", "output drafter directory")
+      .flag(
+          "reduced-head",
+          "keep only the draft vocabulary's head rows: every round, sampled ones too, drafts over "
+          "them (smaller; EAGLE-3 drafters always get this form)",
+          false)
       .flag("json", "print the report as JSON", false);
   args.parse(argc, argv);
   if (args.help_requested()) {
@@ -63,13 +68,13 @@ int reduce_vocab_cmd(int argc, char** argv) {
   }
   if (response_tokens == 0)
     fail("flag --data: no response tokens (loss_mask 1) in ", args.str("data"));
-  const std::vector<uint8_t> allowed = drafter_vocab_mask(drafter_dir, V);
+  const std::vector<uint8_t> allowed = drafter_head_mask(drafter_dir, V);
   std::vector<int32_t> always;
   for (int id : c.eos_token_ids)
     if (id >= 0 && id < V) always.push_back(id);
   const std::vector<int32_t> keep =
       choose_draft_vocab(response, prompt, allowed, always, int(size));
-  write_reduced_drafter(drafter_dir, *model, keep, args.str("out"));
+  write_reduced_drafter(drafter_dir, *model, keep, args.str("out"), args.on("reduced-head"));
 
   int64_t covered = 0, distinct = 0, distinct_kept = 0;
   std::vector<uint8_t> in(size_t(V), 0);

@@ -42,6 +42,21 @@ void WeightArena::pack(WeightMatrix& w) {
   if (w.dtype == DType::BF16 && !w.panels && gemm_wants_panels()) w = pack_panels(w, const_cast<void*>(w.data));
 }
 
+WeightMatrix WeightArena::row_copy(const WeightMatrix& w, std::span<const int32_t> rows) {
+  WeightMatrix dst = take(int64_t(rows.size()), w.k);
+  auto* out = static_cast<uint8_t*>(const_cast<void*>(dst.data));
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int64_t c = 0; c < w.k; ++c) {
+      const float v = weight_at(w, rows[i], c);
+      if (dtype_ == DType::BF16)
+        reinterpret_cast<uint16_t*>(out)[int64_t(i) * dst.ld + c] = f32_to_bf16(v);
+      else
+        reinterpret_cast<float*>(out)[int64_t(i) * dst.ld + c] = v;
+    }
+  pack(dst);
+  return dst;
+}
+
 WeightMatrix WeightArena::packed_copy(const WeightMatrix& w) {
   if (w.dtype != DType::BF16 || w.panels || !gemm_wants_panels()) return w;
   WeightMatrix dst = take(w.n, w.k);
@@ -62,8 +77,9 @@ const float* WeightArena::f32(const WeightSource& src, const std::string& name, 
 
 size_t decoder_layer_bytes(const ModelConfig& c, DType dtype, int64_t in) {
   const int64_t H = c.hidden_size, I = c.intermediate_size;
-  return WeightArena::matrix_bytes(dtype, c.q_dim() + 2 * c.kv_dim(), in) + WeightArena::matrix_bytes(dtype, H, c.q_dim()) +
-         WeightArena::matrix_bytes(dtype, 2 * I, H) + WeightArena::matrix_bytes(dtype, H, I);
+  return WeightArena::matrix_bytes(dtype, c.q_dim() + 2 * c.kv_dim(), in) +
+         WeightArena::matrix_bytes(dtype, H, c.q_dim()) + WeightArena::matrix_bytes(dtype, 2 * I, H) +
+         WeightArena::matrix_bytes(dtype, H, I);
 }
 
 std::vector<std::string> decoder_layer_names(const ModelConfig& c, const std::string& p) {
@@ -79,8 +95,8 @@ std::vector<std::string> decoder_layer_names(const ModelConfig& c, const std::st
   return n;
 }
 
-LayerWeights load_decoder_layer(const WeightSource& src, const std::string& p, const ModelConfig& c,
-                                WeightArena& arena, int64_t in) {
+LayerWeights load_decoder_layer(const WeightSource& src, const std::string& p, const ModelConfig& c, WeightArena& arena,
+                                int64_t in) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
   LayerWeights L;
   L.qkv = arena.take(q + 2 * kv, in);

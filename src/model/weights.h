@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ class WeightArena {
   // A panel-packed copy of `w` in new arena space (a tied lm_head whose rows stay the embedding
   // table), or `w` itself when panels are not wanted.
   WeightMatrix packed_copy(const WeightMatrix& w);
+  // A copy of rows `rows` of `w` (any layout or dtype) in this arena's dtype, packed as pack()
+  // does.
+  WeightMatrix row_copy(const WeightMatrix& w, std::span<const int32_t> rows);
   // A vector of f32 (norm weights, biases) read from `name` with `n` elements.
   const float* vector(const WeightSource& src, const std::string& name, int64_t n);
   // f32 storage of any shape (kept in f32 whatever the arena dtype), e.g. small heads.

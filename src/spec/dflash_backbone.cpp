@@ -9,8 +9,8 @@
 namespace dspark {
 
 std::vector<std::string> dflash_backbone_names(const DrafterConfig& cfg) {
-  std::vector<std::string> n{"fc.weight", "hidden_norm.weight", "norm.weight", "embed_tokens.weight", "lm_head.weight",
-                             "d2t", "t2d"};
+  std::vector<std::string> n{
+      "fc.weight", "hidden_norm.weight", "norm.weight", "embed_tokens.weight", "lm_head.weight", "d2t", "t2d"};
   for (int i = 0; i < cfg.layers.num_layers; ++i)
     for (auto& s : decoder_layer_names(cfg.layers, "layers." + std::to_string(i) + ".")) n.push_back(s);
   return n;
@@ -30,18 +30,19 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
   if (L.vocab_size != T.vocab_size)
     fail(cfg.path, ": the drafter's vocab_size ", L.vocab_size, " differs from the target's ", T.vocab_size);
   if (cfg.mask_token_id >= T.vocab_size)
-    fail(cfg.path, ": field 'mask_token_id' ", cfg.mask_token_id, " is outside the target's vocabulary (", T.vocab_size, ")");
+    fail(cfg.path, ": field 'mask_token_id' ", cfg.mask_token_id, " is outside the target's vocabulary (", T.vocab_size,
+         ")");
   for (int id : cfg.target_layer_ids)
     if (id < -1 || id >= T.num_layers)
       fail(cfg.path, ": target layer id ", id, " is outside the target's layers [-1, ", T.num_layers - 1, "]");
   const bool own_embed = src.has("embed_tokens.weight"), own_head = src.has("lm_head.weight");
-  const int64_t Vd = to_target_.empty() ? T.vocab_size : int64_t(to_target_.size());
-  if (!to_target_.empty() && !own_head)
-    fail(cfg.path, ": a reduced draft vocabulary (", Vd, " of ", T.vocab_size,
-         " ids) needs the drafter's own 'lm_head.weight' of ", Vd, " rows");
-  size_t bytes = WeightArena::matrix_bytes(dtype, H, feat) + decoder_layer_bytes(L, dtype, H) * size_t(L.num_layers) + arena_extra;
+  const bool reduced = !to_target_.empty(), full = !reduced || cfg.keeps_full_head;
+  const int64_t Vd = int64_t(to_target_.size()), head_rows = full ? T.vocab_size : Vd;
+  size_t bytes =
+      WeightArena::matrix_bytes(dtype, H, feat) + decoder_layer_bytes(L, dtype, H) * size_t(L.num_layers) + arena_extra;
   if (own_embed) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
-  if (own_head) bytes += WeightArena::matrix_bytes(dtype, Vd, H);
+  if (own_head) bytes += WeightArena::matrix_bytes(dtype, head_rows, H);
+  if (reduced && full) bytes += WeightArena::matrix_bytes(dtype, Vd, H);
   arena_ = std::make_unique<WeightArena>(dtype, bytes);
   fc_ = arena_->matrix(src, "fc.weight", H, feat);
   arena_->pack(fc_);
@@ -55,28 +56,36 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
   } else {
     embed_ = &target.embed();
   }
+  if (!full && !own_head)
+    fail(cfg.path, ": a head of the draft vocabulary only needs the drafter's own 'lm_head.weight'");
+  const WeightMatrix* head = &target.lm_head();
   if (own_head) {
-    own_lm_head_ = arena_->matrix(src, "lm_head.weight", Vd, H);
+    own_lm_head_ = arena_->matrix(src, "lm_head.weight", head_rows, H);
     arena_->pack(own_lm_head_);
-    lm_head_ = &own_lm_head_;
-  } else {
-    lm_head_ = &target.lm_head();
+    head = &own_lm_head_;
+  }
+  if (full) full_head_ = head;
+  if (!full) draft_head_ = head;
+  if (reduced && full) {
+    draft_lm_head_ = arena_->row_copy(*head, to_target_);
+    draft_head_ = &draft_lm_head_;
   }
   inv_freq_ = L.rope_inv_freq();
 }
 
-int32_t DflashBackbone::draw(const float* z, const DraftSampling& ds, Sampler& sampler, float* q_row) {
-  const int Vd = draft_vocab();
-  if (!ds.dense_q()) return to_target(argmax(z, Vd));
-  if (to_target_.empty()) {
-    sampler.dense(z, Vd, ds.params, q_row);  // the exact q the verifier will see
-    return Sampler::draw_dense(q_row, Vd, *ds.rng);
+int32_t DflashBackbone::draw(const float* z, bool draft_vocab, const DraftSampling& ds, Sampler& sampler,
+                             float* q_row) {
+  const int n = head(draft_vocab).n;
+  if (!ds.dense_q()) return to_target(draft_vocab, argmax(z, n));
+  if (!draft_vocab) {
+    sampler.dense(z, n, ds.params, q_row);  // the exact q the verifier will see
+    return Sampler::draw_dense(q_row, n, *ds.rng);
   }
-  qd_.resize(size_t(Vd));
-  sampler.dense(z, Vd, ds.params, qd_.data());
-  const int d = Sampler::draw_dense(qd_.data(), Vd, *ds.rng);
+  qd_.resize(size_t(n));
+  sampler.dense(z, n, ds.params, qd_.data());
+  const int d = Sampler::draw_dense(qd_.data(), n, *ds.rng);
   std::memset(q_row, 0, size_t(target_vocab_) * sizeof(float));
-  for (int i = 0; i < Vd; ++i) q_row[to_target_[size_t(i)]] = qd_[size_t(i)];
+  for (int i = 0; i < n; ++i) q_row[to_target_[size_t(i)]] = qd_[size_t(i)];
   return to_target_[size_t(d)];
 }
 
@@ -88,14 +97,16 @@ void DflashBackbone::add_context(int seq, const float* feats, int rows, int widt
   const ModelConfig& L = cfg_.layers;
   const int64_t H = L.hidden_size;
   if (width != fc_.k) fail("drafter: context features have width ", width, ", fc expects ", fc_.k);
-  if (kv_.length(seq) != pos) fail("drafter: context rows start at ", pos, " but the draft cache holds ", kv_.length(seq));
+  if (kv_.length(seq) != pos)
+    fail("drafter: context rows start at ", pos, " but the draft cache holds ", kv_.length(seq));
   ctx_.resize(size_t(rows) * size_t(H));
   gemm(feats, rows, width, fc_, ctx_.data(), H);
   rmsnorm(ctx_.data(), H, hidden_norm_, ctx_.data(), H, rows, int(H), L.rms_norm_eps);
   kv_.reserve(seq, pos + rows);
   kv_.set_length(seq, pos + rows);
   const LayerRows lr = rows_.make(inv_freq_, kv_.block_table(seq), pos, rows, SeqRows::Visibility::None);
-  for (int l = 0; l < L.num_layers; ++l) inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
+  for (int l = 0; l < L.num_layers; ++l)
+    inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
 }
 
 const float* DflashBackbone::run_block(int seq, std::span<const int32_t> tokens, int p0) {

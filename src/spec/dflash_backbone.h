@@ -23,25 +23,32 @@ class DflashBackbone {
   // Reads fc, hidden_norm, layers.*, norm (and embed_tokens / lm_head when the checkpoint has
   // them; otherwise the target's are used) from `src`; `arena_extra` bytes are reserved for
   // the caller's own matrices (e.g. the Markov head).
-  // With a reduced draft vocabulary (`to_target[i]`: the target id of draft id i, see
-  // draft_vocab_map) the checkpoint must hold its own lm_head of to_target.size() rows.
+  // With a draft vocabulary (`to_target[i]`: the target id of draft id i, see draft_vocab_map)
+  // the head's rows at those ids are copied at load unless the checkpoint's head holds only them
+  // (cfg.keeps_full_head false).
   DflashBackbone(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
                  size_t arena_extra, int64_t kv_tokens, std::vector<int32_t> to_target = {});
 
   const DrafterConfig& config() const { return cfg_; }
   WeightArena& arena() { return *arena_; }
   const WeightMatrix& embed() const { return *embed_; }
-  const WeightMatrix& lm_head() const { return *lm_head_; }
   int hidden() const { return cfg_.layers.hidden_size; }
-  // Rows of lm_head(): the draft vocabulary (the target's vocabulary unless reduced).
-  int draft_vocab() const { return lm_head_->n; }
   int target_vocab() const { return target_vocab_; }
-  // Draft id -> target id.
-  int32_t to_target(int d) const { return to_target_.empty() ? d : to_target_[size_t(d)]; }
-  // One draft from draft-vocabulary logits z: the argmax, or (ds.dense_q()) a draw from the
-  // sampling distribution, whose target-vocabulary form is written to q_row (zero outside the
+  bool has_full_head() const { return full_head_ != nullptr; }
+  bool has_draft_vocab() const { return draft_head_ != nullptr; }
+  // Whether a round drafts over the draft vocabulary: always when only it exists, else for
+  // greedy drafts (the argmax needs only the tokens the target's answers use; a sampled round's
+  // acceptance also rides on the tail of q, so it keeps the full vocabulary).
+  bool drafts_over_draft_vocab(const DraftSampling& ds) const { return draft_head_ && (!full_head_ || !ds.dense_q()); }
+  // The head of the draft vocabulary (draft_vocab true) or of the target's; its rows are the
+  // logits.
+  const WeightMatrix& head(bool draft_vocab) const { return draft_vocab ? *draft_head_ : *full_head_; }
+  // Draft id -> target id (the identity for the full head).
+  int32_t to_target(bool draft_vocab, int id) const { return draft_vocab ? to_target_[size_t(id)] : id; }
+  // One draft from the logits z of head(draft_vocab): the argmax, or (ds.dense_q()) a draw from
+  // the sampling distribution, whose target-vocabulary form is written to q_row (zero outside the
   // draft vocabulary). Returns the target id.
-  int32_t draw(const float* z, const DraftSampling& ds, Sampler& sampler, float* q_row);
+  int32_t draw(const float* z, bool draft_vocab, const DraftSampling& ds, Sampler& sampler, float* q_row);
 
   int new_sequence();
   void free_sequence(int seq);
@@ -58,9 +65,10 @@ class DflashBackbone {
   const float* hidden_norm_ = nullptr;
   const float* norm_ = nullptr;
   std::vector<LayerWeights> layers_;
-  WeightMatrix own_embed_, own_lm_head_;
+  WeightMatrix own_embed_, own_lm_head_, draft_lm_head_;
   const WeightMatrix* embed_ = nullptr;
-  const WeightMatrix* lm_head_ = nullptr;
+  const WeightMatrix* full_head_ = nullptr;   // [target vocab, H]; null when only the draft one exists
+  const WeightMatrix* draft_head_ = nullptr;  // [draft vocab, H]; null without a draft vocabulary
   std::vector<float> inv_freq_;
   int target_vocab_ = 0;
   std::vector<int32_t> to_target_;

@@ -14,7 +14,9 @@ class DflashDrafter : public Drafter {
  public:
   DflashDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
                 std::vector<int32_t> to_target)
-      : bb_(cfg, target, src, dtype, 0, 1 << 20, std::move(to_target)), vocab_(target.config().vocab_size), layers_(cfg.target_layer_ids) {}
+      : bb_(cfg, target, src, dtype, 0, 1 << 20, std::move(to_target)),
+        vocab_(target.config().vocab_size),
+        layers_(cfg.target_layer_ids) {}
 
   SpecMethod method() const override { return SpecMethod::DFlash; }
   const std::vector<int>& target_layers() const override { return layers_; }
@@ -38,12 +40,13 @@ class DflashDrafter : public Drafter {
     block_.assign(size_t(cfg.block_size), cfg.mask_token_id);
     block_[0] = anchor;
     const float* h = bb_.run_block(seq, block_, pos);
-    const int64_t H = bb_.hidden(), Vd = bb_.draft_vocab();
+    const bool dv = bb_.drafts_over_draft_vocab(ds);
+    const int64_t H = bb_.hidden(), Vd = bb_.head(dv).n;
     logits_.resize(size_t(k) * size_t(Vd));
-    gemm(h + H, k, H, bb_.lm_head(), logits_.data(), Vd);  // slots 1..k, over the draft vocabulary
+    gemm(h + H, k, H, bb_.head(dv), logits_.data(), Vd);  // slots 1..k
     if (ds.dense_q()) out.q.resize(size_t(k) * size_t(vocab_));
     for (int i = 0; i < k; ++i)
-      out.tokens.push_back(bb_.draw(logits_.data() + int64_t(i) * Vd, ds, sampler_,
+      out.tokens.push_back(bb_.draw(logits_.data() + int64_t(i) * Vd, dv, ds, sampler_,
                                     ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr));
   }
 

@@ -56,6 +56,35 @@ std::vector<int32_t> choose_draft_vocab(std::span<const int64_t> primary,
   return out;
 }
 
+namespace {
+
+// The target ids a drafter's head scores: every id when it keeps the full head (no draft
+// vocabulary, or a DSpark / DFlash one over a head of the target's rows), else its draft
+// vocabulary.
+struct HeadRows {
+  bool full = true;
+  std::vector<int32_t> row_of;  // target id -> head row (-1: not scored)
+};
+
+HeadRows head_rows(DrafterConfig& dc, const TensorStore& store, int vocab) {
+  const std::vector<int32_t> map = draft_vocab_map(dc, store, vocab);
+  HeadRows h;
+  h.full = map.empty();
+  if (!map.empty() && dc.method != SpecMethod::Eagle3) {
+    h.full = !store.has("lm_head.weight") ||
+             store.get("lm_head.weight").shape.at(0) != int64_t(map.size());
+  }
+  h.row_of.assign(size_t(vocab), -1);
+  if (h.full) {
+    for (int v = 0; v < vocab; ++v) h.row_of[size_t(v)] = v;
+  } else {
+    for (size_t i = 0; i < map.size(); ++i) h.row_of[size_t(map[i])] = int32_t(i);
+  }
+  return h;
+}
+
+}  // namespace
+
 std::vector<uint8_t> drafter_vocab_mask(const std::string& dir, int target_vocab) {
   DrafterConfig dc = DrafterConfig::load(dir);
   auto store = TensorStore::open_dir(dir);
@@ -65,17 +94,32 @@ std::vector<uint8_t> drafter_vocab_mask(const std::string& dir, int target_vocab
   return mask;
 }
 
+std::vector<uint8_t> drafter_head_mask(const std::string& dir, int target_vocab) {
+  DrafterConfig dc = DrafterConfig::load(dir);
+  auto store = TensorStore::open_dir(dir);
+  const HeadRows h = head_rows(dc, *store, target_vocab);
+  std::vector<uint8_t> mask(size_t(target_vocab), 0);
+  for (int v = 0; v < target_vocab; ++v) mask[size_t(v)] = h.row_of[size_t(v)] >= 0;
+  return mask;
+}
+
 void write_reduced_drafter(const std::string& dir, const Model& target,
-                           std::span<const int32_t> keep, const std::string& out_dir) {
+                           std::span<const int32_t> keep, const std::string& out_dir,
+                           bool reduced_head) {
   if (fs::exists(out_dir) && fs::equivalent(dir, out_dir))
     fail(out_dir, ": write the reduced drafter to another directory than its source");
   DrafterConfig dc = DrafterConfig::load(dir);
   auto store = TensorStore::open_dir(dir);
   const int V = target.config().vocab_size;
-  const std::vector<int32_t> map = draft_vocab_map(dc, *store, V);
-  const int64_t Vsrc = map.empty() ? V : int64_t(map.size());
-  std::vector<int32_t> row_of(size_t(V), -1);  // target id -> the source's draft row
-  for (int64_t i = 0; i < Vsrc; ++i) row_of[size_t(map.empty() ? i : map[size_t(i)])] = int32_t(i);
+  const HeadRows src = head_rows(dc, *store, V);
+  const std::vector<int32_t>& row_of = src.row_of;
+  const int64_t Vsrc = src.full ? V : [&] {
+    int64_t n = 0;
+    for (int32_t r : row_of) n += r >= 0;
+    return n;
+  }();
+  // EAGLE-3 heads, and heads that hold only a draft vocabulary already, keep only the kept rows.
+  const bool hard = reduced_head || dc.method == SpecMethod::Eagle3 || !src.full;
   if (keep.empty()) fail("draft vocabulary: no token ids to keep");
   for (size_t i = 0; i < keep.size(); ++i) {
     if (keep[i] < 0 || keep[i] >= V)
@@ -108,9 +152,12 @@ void write_reduced_drafter(const std::string& dir, const Model& target,
   SafetensorsWriter w;
   const std::string w2 = "markov_head.markov_w2.weight";
   for (const auto& [name, view] : store->tensors())
-    if (name != "lm_head.weight" && name != w2 && name != "d2t" && name != "t2d")
+    if (name != "d2t" && name != "t2d" && (!hard || (name != "lm_head.weight" && name != w2)))
       w.add(name, view.dtype, view.shape, view.data);
-  if (store->has("lm_head.weight")) {
+  if (!hard) {
+    // The full head stays; the engine copies the kept rows at load (see
+    // DrafterConfig::keeps_full_head).
+  } else if (store->has("lm_head.weight")) {
     auto [rows, cols] = select_rows("lm_head.weight");
     w.add_f32("lm_head.weight", {Vd, cols}, rows.data(), stored);
   } else {  // DSpark / DFlash on the target's head
@@ -121,7 +168,7 @@ void write_reduced_drafter(const std::string& dir, const Model& target,
         rows[size_t(i * head.k + c)] = weight_at(head, keep[size_t(i)], c);
     w.add_f32("lm_head.weight", {Vd, int64_t(head.k)}, rows.data(), stored);
   }
-  if (store->has(w2)) {
+  if (hard && store->has(w2)) {
     auto [rows, cols] = select_rows(w2);
     w.add_f32(w2, {Vd, cols}, rows.data(), store->get(w2).dtype);
   }

@@ -23,14 +23,22 @@ class DsparkDrafter : public Drafter {
   DsparkDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
                 std::vector<int32_t> to_target)
       : bb_(cfg, target, src, dtype, head_bytes(cfg, target, dtype), 1 << 20, std::move(to_target)) {
-    const int64_t V = target.config().vocab_size, Vd = bb_.draft_vocab(), H = bb_.hidden(), r = cfg.markov_rank;
+    const int64_t V = target.config().vocab_size, H = bb_.hidden(), r = cfg.markov_rank;
     vocab_ = int(V);
     WeightArena& a = bb_.arena();
     if (r > 0) {
-      // W1 is read by the previous token's target id; W2 adds a bias to each draft-vocabulary logit.
+      // W1 is read by the previous token's target id; W2 adds a bias to each logit of the head, so
+      // it has the head's rows (the draft vocabulary's copied at load when the full head is kept).
       w1_ = a.matrix(src, "markov_head.markov_w1.weight", V, r);
-      w2_ = a.matrix(src, "markov_head.markov_w2.weight", Vd, r);
+      w2_ = a.matrix(src, "markov_head.markov_w2.weight", bb_.has_full_head() ? V : cfg.draft_vocab_size, r);
       a.pack(w2_);  // W2 is only multiplied (one row per drafted token); W1 is read by row
+      if (bb_.has_full_head() && bb_.has_draft_vocab()) {
+        std::vector<int32_t> rows(size_t(cfg.draft_vocab_size));
+        for (int i = 0; i < cfg.draft_vocab_size; ++i) rows[size_t(i)] = bb_.to_target(true, i);
+        w2_draft_ = a.row_copy(w2_, rows);
+      } else if (!bb_.has_full_head()) {
+        w2_draft_ = w2_;
+      }
       if (cfg.markov_head_type == "gated") {
         gate_ = a.matrix(src, "markov_head.gate_proj.weight", r, H + r);
         a.pack(gate_);
@@ -51,9 +59,13 @@ class DsparkDrafter : public Drafter {
 
   static size_t head_bytes(const DrafterConfig& cfg, const Model& target, DType dtype) {
     const int64_t V = target.config().vocab_size, H = target.config().hidden_size, r = cfg.markov_rank;
-    const int64_t Vd = cfg.draft_vocab_size > 0 ? cfg.draft_vocab_size : V;
+    const int64_t Vd = cfg.draft_vocab_size;
     if (r == 0) return 0;
-    size_t b = WeightArena::matrix_bytes(dtype, V, r) + WeightArena::matrix_bytes(dtype, Vd, r);
+    size_t b = WeightArena::matrix_bytes(dtype, V, r);  // W1
+    if (Vd > 0 && cfg.keeps_full_head)
+      b += WeightArena::matrix_bytes(dtype, V, r) + WeightArena::matrix_bytes(dtype, Vd, r);
+    else
+      b += WeightArena::matrix_bytes(dtype, Vd > 0 ? Vd : V, r);
     if (cfg.markov_head_type == "gated") b += WeightArena::matrix_bytes(dtype, r, H + r);
     if (cfg.markov_head_type == "rnn") b += WeightArena::matrix_bytes(dtype, 3 * r, 2 * r + H);
     return b;
@@ -86,10 +98,13 @@ class DsparkDrafter : public Drafter {
     block_.assign(size_t(gamma), cfg.mask_token_id);
     block_[0] = anchor;  // the anchor slot is the first prediction
     const float* h = bb_.run_block(seq, block_, pos);
-    const int64_t H = bb_.hidden(), V = bb_.draft_vocab(), r = cfg.markov_rank;
-    // Base logits U_k over the draft vocabulary for the slots that will be used.
+    const bool dv = bb_.drafts_over_draft_vocab(ds);
+    const WeightMatrix& head = bb_.head(dv);
+    const WeightMatrix& w2 = dv ? w2_draft_ : w2_;
+    const int64_t H = bb_.hidden(), V = head.n, r = cfg.markov_rank;
+    // Base logits U_k over the head's vocabulary for the slots that will be used.
     logits_.resize(size_t(k) * size_t(V));
-    gemm(h, k, H, bb_.lm_head(), logits_.data(), V);
+    gemm(h, k, H, head, logits_.data(), V);
     e_.resize(size_t(std::max<int64_t>(r, 1)));
     ge_.resize(size_t(std::max<int64_t>(r, 1)));
     feat_.resize(size_t(H + 2 * r + 1));
@@ -122,7 +137,8 @@ class DsparkDrafter : public Drafter {
           }
           head_in = ge_.data();
         }
-        gemm(head_in, 1, w2_, z, /*accumulate=*/true);  // z += W2 . (W1[x_{k-1}] or its gated / rnn form)
+        gemm(head_in, 1, w2, z,
+             /*accumulate=*/true);  // z += W2 . (W1[x_{k-1}] or its gated / rnn form)
       }
       if (conf_w_) {
         double s = conf_b_;
@@ -133,7 +149,7 @@ class DsparkDrafter : public Drafter {
         out.confidence.push_back(sigmoid(float(s) / t));
         out.confidence_logit.push_back(float(s));
       }
-      const int32_t x = bb_.draw(z, ds, sampler_, ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr);
+      const int32_t x = bb_.draw(z, dv, ds, sampler_, ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr);
       out.tokens.push_back(x);
       prev = x;
     }
@@ -143,7 +159,7 @@ class DsparkDrafter : public Drafter {
   DflashBackbone bb_;
   int vocab_ = 0;
   std::vector<int> layers_;
-  WeightMatrix w1_, w2_, gate_, joint_;
+  WeightMatrix w1_, w2_, w2_draft_, gate_, joint_;
   const float* gate_bias_ = nullptr;
   const float* joint_bias_ = nullptr;
   const float* conf_w_ = nullptr;
@@ -159,7 +175,8 @@ class DsparkDrafter : public Drafter {
 std::unique_ptr<Drafter> make_dspark_drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
                                              DType dtype, std::vector<int32_t> to_target) {
   if (!to_target.empty() && int(to_target.size()) != cfg.draft_vocab_size)
-    fail(cfg.path, ": draft_vocab_size ", cfg.draft_vocab_size, " but the draft vocabulary maps ", to_target.size(), " ids");
+    fail(cfg.path, ": draft_vocab_size ", cfg.draft_vocab_size, " but the draft vocabulary maps ", to_target.size(),
+         " ids");
   return std::make_unique<DsparkDrafter>(cfg, target, src, dtype, std::move(to_target));
 }
 
@@ -167,8 +184,10 @@ std::vector<std::string> dspark_head_names(const DrafterConfig& cfg) {
   std::vector<std::string> n;
   if (cfg.markov_rank > 0) {
     n = {"markov_head.markov_w1.weight", "markov_head.markov_w2.weight"};
-    if (cfg.markov_head_type == "gated") n.insert(n.end(), {"markov_head.gate_proj.weight", "markov_head.gate_proj.bias"});
-    if (cfg.markov_head_type == "rnn") n.insert(n.end(), {"markov_head.joint_proj.weight", "markov_head.joint_proj.bias"});
+    if (cfg.markov_head_type == "gated")
+      n.insert(n.end(), {"markov_head.gate_proj.weight", "markov_head.gate_proj.bias"});
+    if (cfg.markov_head_type == "rnn")
+      n.insert(n.end(), {"markov_head.joint_proj.weight", "markov_head.joint_proj.bias"});
   }
   if (cfg.confidence_head) n.insert(n.end(), {"confidence_head.proj.weight", "confidence_head.proj.bias"});
   return n;

@@ -96,6 +96,10 @@ std::unique_ptr<Drafter> load_drafter(SpecConfig& sc, const Model& target, DType
       fail(view.file, ": unexpected tensor '", name, "' for a ", spec_method_name(dc.method), " drafter",
            "");
   std::vector<int32_t> to_target = draft_vocab_map(dc, *store, target.config().vocab_size);
+  if (!to_target.empty() && dc.method != SpecMethod::Eagle3 && store->has("lm_head.weight")) {
+    const TensorView& h = store->get("lm_head.weight");
+    dc.keeps_full_head = !(h.shape.size() == 2 && h.shape[0] == dc.draft_vocab_size);
+  }
   auto src = checkpoint_source(std::move(store));
   switch (dc.method) {
     case SpecMethod::DSpark: return make_dspark_drafter(dc, target, *src, dtype, std::move(to_target));

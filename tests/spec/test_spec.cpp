@@ -206,15 +206,17 @@ struct Harness {
     else if (kind == "dflash") { s.block = 5; write_dflash(d, cfg, s); }
     else if (kind == "eagle3") write_eagle3(d, cfg, s);
     else if (kind == "eagle3-2l") { s.layers = 2; write_eagle3(d, cfg, s); }
-    else if (kind.ends_with("-reduced")) {
-      // The drafter `base` with a reduced draft vocabulary: the ids it can propose whose index
-      // is not 1 mod 3 (DSpark / DFlash: two thirds of the target's; EAGLE-3: of its own).
-      const std::string full = drafter(kind.substr(0, kind.size() - 8), s);
-      const std::vector<uint8_t> can = drafter_vocab_mask(full, cfg.vocab_size);
+    else if (kind.ends_with("-reduced") || kind.ends_with("-reduced-head")) {
+      // The drafter `base` with a draft vocabulary: the ids its head scores whose index is not
+      // 1 mod 3. "-reduced" keeps a DSpark / DFlash head whole (greedy rounds use the draft
+      // vocabulary); "-reduced-head" (and EAGLE-3 always) keeps only the kept rows.
+      const bool head = kind.ends_with("-reduced-head");
+      const std::string full = drafter(kind.substr(0, kind.size() - (head ? 13 : 8)), s);
+      const std::vector<uint8_t> can = drafter_head_mask(full, cfg.vocab_size);
       std::vector<int32_t> keep;
       for (int v = 0, n = 0; v < cfg.vocab_size; ++v)
         if (can[size_t(v)] && n++ % 3 != 1) keep.push_back(v);
-      write_reduced_drafter(full, *target, keep, d);
+      write_reduced_drafter(full, *target, keep, d, head);
     }
     return d;
   }
@@ -303,53 +305,63 @@ Draft propose_once(Harness& h, Drafter& d, const std::vector<int32_t>& prompt, i
   return draft;
 }
 
-// A reduced drafter is the full one restricted to the kept ids: the first draft's q is the full
-// q renormalised over them (zero elsewhere) and its greedy pick is the full drafter's best kept
-// id (every draft for DFlash, whose drafts do not depend on each other).
+// A drafter with a draft vocabulary is the full one restricted to the kept ids: its greedy pick
+// is the full drafter's best kept id, and, when its head holds only those ids, its sampled q is
+// the full q renormalised over them (zero elsewhere); when it keeps the full head, sampled rounds
+// are the full drafter's. Checked on the first draft (every draft for DFlash, whose drafts do not
+// depend on each other).
 TEST(DraftVocab, ReducedDrafterIsTheFullOneRestricted) {
   Harness h("vocab", 300, 5, 0.3f);
   const int V = h.cfg.vocab_size;
   std::vector<int32_t> prompt;
   for (int i = 0; i < 19; ++i) prompt.push_back((i * 11 + 5) % 97);
-  for (const std::string kind : {"dspark", "dspark-gated", "dflash", "eagle3"}) {
-    DrafterSpec s;
-    s.std = 0.5f;
-    const std::string full_dir = h.drafter(kind, s), reduced_dir = h.drafter(kind + "-reduced", s);
-    const std::vector<uint8_t> kept = drafter_vocab_mask(reduced_dir, V);
-    int n_kept = 0;
-    for (uint8_t k : kept) n_kept += k;
-    ASSERT_GT(n_kept, 0);
-    ASSERT_LT(n_kept, V) << kind;
-    SpecConfig fs_ = config_for(kind, full_dir, 3, true, false, 0), rs = config_for(kind, reduced_dir, 3, true, false, 0);
-    auto full = load_drafter(fs_, *h.target, DType::F32);
-    auto reduced = load_drafter(rs, *h.target, DType::F32);
-    const int rows = kind == "dflash" ? 3 : 1;
-    const Draft fq = propose_once(h, *full, prompt, 7, 3, true), rq = propose_once(h, *reduced, prompt, 7, 3, true);
-    ASSERT_EQ(rq.q.size(), size_t(3 * V)) << kind << ": q must cover the target vocabulary";
-    for (int r = 0; r < rows; ++r) {
-      double mass = 0;
-      for (int v = 0; v < V; ++v)
-        if (kept[size_t(v)]) mass += fq.q_row(r)[v];
-      ASSERT_GT(mass, 0.05) << kind;
-      double worst = 0;
-      for (int v = 0; v < V; ++v) {
-        const double want = kept[size_t(v)] ? fq.q_row(r)[v] / mass : 0.0;
-        worst = std::max(worst, std::abs(double(rq.q_row(r)[v]) - want));
+  for (const std::string base : {"dspark", "dspark-gated", "dflash", "eagle3"}) {
+    for (const std::string suffix : {"-reduced", "-reduced-head"}) {
+      if (base == "eagle3" && suffix == "-reduced-head") continue;  // the same form
+      const std::string kind = base + suffix;
+      const bool whole_head = suffix == "-reduced" && base != "eagle3";
+      DrafterSpec s;
+      s.std = 0.5f;
+      const std::string full_dir = h.drafter(base, s), reduced_dir = h.drafter(kind, s);
+      const std::vector<uint8_t> kept = drafter_vocab_mask(reduced_dir, V);
+      int n_kept = 0;
+      for (uint8_t k : kept) n_kept += k;
+      ASSERT_GT(n_kept, 0);
+      ASSERT_LT(n_kept, V) << kind;
+      EXPECT_EQ(drafter_head_mask(reduced_dir, V) == std::vector<uint8_t>(size_t(V), 1), whole_head) << kind;
+      SpecConfig fs_ = config_for(base, full_dir, 3, true, false, 0), rs = config_for(kind, reduced_dir, 3, true, false, 0);
+      auto full = load_drafter(fs_, *h.target, DType::F32);
+      auto reduced = load_drafter(rs, *h.target, DType::F32);
+      const int rows = base == "dflash" ? 3 : 1;
+      const Draft fq = propose_once(h, *full, prompt, 7, 3, true), rq = propose_once(h, *reduced, prompt, 7, 3, true);
+      ASSERT_EQ(rq.q.size(), size_t(3 * V)) << kind << ": q must cover the target vocabulary";
+      for (int r = 0; r < rows; ++r) {
+        double mass = 0;
+        for (int v = 0; v < V; ++v)
+          if (kept[size_t(v)]) mass += fq.q_row(r)[v];
+        ASSERT_GT(mass, 0.05) << kind;
+        double worst = 0;
+        for (int v = 0; v < V; ++v) {
+          const double want = whole_head ? fq.q_row(r)[v] : kept[size_t(v)] ? fq.q_row(r)[v] / mass : 0.0;
+          worst = std::max(worst, std::abs(double(rq.q_row(r)[v]) - want));
+        }
+        EXPECT_LT(worst, 1e-5) << kind << " draft " << r;
+        if (!whole_head) {
+          EXPECT_TRUE(kept[size_t(rq.tokens[size_t(r)])]) << kind << ": drew id " << rq.tokens[size_t(r)];
+        }
       }
-      EXPECT_LT(worst, 1e-5) << kind << " draft " << r;
-      EXPECT_TRUE(kept[size_t(rq.tokens[size_t(r)])]) << kind << ": drew id " << rq.tokens[size_t(r)] << ", not kept";
-    }
-    const Draft fg = propose_once(h, *full, prompt, 7, 3, false), rg = propose_once(h, *reduced, prompt, 7, 3, false);
-    for (int r = 0; r < rows; ++r) {
-      // The full drafter's best kept id, by its q at T=1 (monotone in the logits).
-      int best = -1;
-      for (int v = 0; v < V; ++v)
-        if (kept[size_t(v)] && (best < 0 || fq.q_row(r)[v] > fq.q_row(r)[best])) best = v;
-      EXPECT_EQ(rg.tokens[size_t(r)], best) << kind << " draft " << r;
-    }
-    if (kind == "dspark") {
-      EXPECT_EQ(fg.confidence.size(), rg.confidence.size());
-      EXPECT_NEAR(fg.confidence[0], rg.confidence[0], 1e-6) << "the confidence head does not depend on the vocabulary";
+      const Draft fg = propose_once(h, *full, prompt, 7, 3, false), rg = propose_once(h, *reduced, prompt, 7, 3, false);
+      for (int r = 0; r < rows; ++r) {
+        // The full drafter's best kept id, by its q at T=1 (monotone in the logits).
+        int best = -1;
+        for (int v = 0; v < V; ++v)
+          if (kept[size_t(v)] && (best < 0 || fq.q_row(r)[v] > fq.q_row(r)[best])) best = v;
+        EXPECT_EQ(rg.tokens[size_t(r)], best) << kind << " draft " << r;
+      }
+      if (base == "dspark") {
+        EXPECT_EQ(fg.confidence.size(), rg.confidence.size());
+        EXPECT_NEAR(fg.confidence[0], rg.confidence[0], 1e-6) << "the confidence head does not depend on the vocabulary";
+      }
     }
   }
 }
@@ -362,12 +374,14 @@ TEST(DraftVocab, BadMappingsAreNamed) {
   write_dspark((dir / "full").string(), t, s);
   std::vector<int32_t> keep;
   for (int v = 0; v < 64; v += 2) keep.push_back(v);
-  write_reduced_drafter((dir / "full").string(), *target, keep, (dir / "r").string());
+  write_reduced_drafter((dir / "full").string(), *target, keep, (dir / "r").string(), /*reduced_head=*/true);
+  write_reduced_drafter((dir / "full").string(), *target, keep, (dir / "w").string());  // the full head kept
   auto load = [&](const fs::path& d) {
     SpecConfig sc = SpecConfig::parse(R"({"model": ")" + d.string() + R"("})");
     return error_of([&] { load_drafter(sc, *target, DType::F32); });
   };
   EXPECT_EQ(load(dir / "r"), "");
+  EXPECT_EQ(load(dir / "w"), "");
   // Rewrites r's tensors into `to`, with `edit` applied to d2t / t2d / the rest.
   auto rewrite = [&](const fs::path& to, const std::function<bool(const std::string&, SafetensorsWriter&, const TensorView&)>& edit) {
     fs::create_directories(to);
@@ -400,9 +414,14 @@ TEST(DraftVocab, BadMappingsAreNamed) {
   // No d2t, a reduced draft_vocab_size.
   rewrite(dir / "nod2t", [&](const std::string& n, SafetensorsWriter&, const TensorView&) { return n == "d2t" || n == "t2d"; });
   EXPECT_NE(load(dir / "nod2t").find("no d2t tensor"), std::string::npos) << load(dir / "nod2t");
-  // d2t without the reduced head the backbone needs.
-  rewrite(dir / "nohead", [&](const std::string& n, SafetensorsWriter&, const TensorView&) { return n == "lm_head.weight"; });
-  EXPECT_NE(load(dir / "nohead").find("'lm_head.weight'"), std::string::npos) << load(dir / "nohead");
+  // A head of neither the draft vocabulary's rows nor the target's.
+  rewrite(dir / "head", [&](const std::string& n, SafetensorsWriter& w, const TensorView& v) {
+    if (n != "lm_head.weight") return false;
+    std::vector<float> z(size_t(10 * v.shape[1]), 0.f);
+    w.add_f32(n, {10, v.shape[1]}, z.data(), DType::F32);
+    return true;
+  });
+  EXPECT_NE(load(dir / "head").find("'lm_head.weight'"), std::string::npos) << load(dir / "head");
   // A Markov W2 of the full vocabulary under a reduced one.
   rewrite(dir / "w2", [&](const std::string& n, SafetensorsWriter& w, const TensorView& v) {
     if (n != "markov_head.markov_w2.weight") return false;
@@ -438,8 +457,9 @@ TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
   const std::vector<Case> cases = {{"dspark", 0, false},       {"dspark", 0.5f, false}, {"dspark", 0.5f, true},
                                    {"dspark-gated", 0, false}, {"dspark-rnn", 0, false}, {"dspark-speculators", 0, false},
                                    {"dflash", 0, false},       {"eagle3", 0, false},    {"eagle3-2l", 0, false},
-                                   {"dspark-reduced", 0, false}, {"dspark-reduced", 0.5f, true}, {"dflash-reduced", 0, false},
-                                   {"eagle3-reduced", 0, false}, {"ngram", 0, false}};
+                                   {"dspark-reduced", 0, false}, {"dspark-reduced-head", 0, false},
+                                   {"dspark-reduced-head", 0.5f, true}, {"dflash-reduced", 0, false},
+                                   {"dflash-reduced-head", 0, false}, {"eagle3-reduced", 0, false}, {"ngram", 0, false}};
   for (const Case& c : cases) {
     std::string dir = c.kind == "ngram" ? "" : h.drafter(c.kind);
     const int k = c.kind.starts_with("eagle3") ? 3 : 4;
@@ -605,9 +625,9 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
   cases.push_back({"eagle3", true, true, 0});
   cases.push_back({"eagle3", false, false, 0});
   cases.push_back({"eagle3-2l", true, true, 0});
-  cases.push_back({"dspark-reduced", true, true, 0});
-  cases.push_back({"dspark-reduced", true, false, 0.45f});
-  cases.push_back({"dflash-reduced", true, true, 0});
+  cases.push_back({"dspark-reduced-head", true, true, 0});
+  cases.push_back({"dspark-reduced-head", true, false, 0.45f});
+  cases.push_back({"dflash-reduced-head", true, true, 0});
   cases.push_back({"ngram", false, true, 0});
   for (const Case& c : cases) {
     DrafterSpec s;

@@ -116,9 +116,11 @@ def main():
     acc_table, acc = table(w, "mean_accepted_length", "%.2f", sched + vocab)
     spd_table, spd = table(w, "speedup", "%.2fx", sched + vocab)
     vocab_md = ""
+    vocab_size = "?"
     if vocab:
         rep_path = os.path.join(w, "dspark_vocab", "vocab.json")
         rep = load(rep_path) if os.path.exists(rep_path) else {}
+        vocab_size = rep.get("draft_vocab_size", "?")
         dcost = {r: bench(w, r, 0, "math")["draft_cost_vs_target_step"] for r in ("dspark", "dspark_vocab")}
         rows = ["| T | tokens per round | speedup |", "|---|---|---|"]
         for temp in (0, 1):
@@ -250,7 +252,7 @@ Drafting cost per round relative to one target step (math, T=0): """ + ", ".join
         f.write("""# demo-dspark: a DSpark drafter for the demo target
 
 A """ + f"{WORDS.get(depth(d), depth(d))}-layer" + """ DSpark drafter (DFlash-style backbone, vanilla low-rank Markov head, confidence head,
-calibrated) for `models/demo`, proposing 8 tokens per round. Run it with
+calibrated""" + (f", a {vocab_size}-id draft vocabulary for greedy rounds" if vocab else "") + """) for `models/demo`, proposing 8 tokens per round. Run it with
 
 ```sh
 build/dspark generate --model models/demo --chat --prompt "..." \\
@@ -258,7 +260,7 @@ build/dspark generate --model models/demo --chat --prompt "..." \\
 ```
 
 Reproduce (training took """ + ", ".join(f"{times[m] / 60:.0f} min for {m}" for m in METHODS if m in times) + """
-on 2 cores, after the target): `scripts/train-demo-drafters.sh WORK models/demo CORPUS`, then
+on 2 cores, after the target): `scripts/train-demo-drafters.sh WORK models/demo CORPUS`""" + (" (this directory is\n`WORK/dspark_vocab/drafter`)" if vocab else "") + """, then
 `scripts/make_drafter_card.py --work WORK --card models/demo-dspark/README.md --docs docs/drafters.md
 --loss-svg models/demo-dspark/loss.svg --notes NOTES.md`.
 

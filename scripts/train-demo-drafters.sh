@@ -7,7 +7,7 @@
 #   scripts/train-demo-drafters.sh [WORK_DIR] [TARGET_DIR] [CORPUS_DIR]
 #     defaults: build/demo-drafters, models/demo, build/demo-target/corpus
 #
-# Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 6000),
+# Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 24000),
 # METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 20), STEPS (optimizer steps of DSpark
 # and DFlash, 800), EAGLE3_STEPS (260: at two layers an unrolled EAGLE-3 step costs about 4x a
 # DSpark step on this data, 5.6 s against 1.4-1.6 s, so 260 of them take at least the training
@@ -21,7 +21,7 @@ WORK=${1:-build/demo-drafters}
 TARGET=${2:-models/demo}
 CORPUS=${3:-build/demo-target/corpus}
 BIN=${BIN:-build}
-PROMPTS=${PROMPTS:-6000}
+PROMPTS=${PROMPTS:-24000}
 STEPS=${STEPS:-800}
 EAGLE3_STEPS=${EAGLE3_STEPS:-260}
 ANCHORS=${ANCHORS:-64}

@@ -35,11 +35,13 @@ int reduce_vocab_cmd(int argc, char** argv) {
   if (args.help_requested()) {
     std::cout << args.usage(
         "drafter reduce-vocab",
-        "Writes a copy of a drafter whose head scores only --size target ids: the target's stop\n"
-        "tokens, then the ids most frequent in the responses of its training data (then in its\n"
-        "prompts). The head's rows (lm_head, and DSpark's Markov W2) shrink to those ids and\n"
-        "d2t / t2d map them back, as in Speculators' EAGLE-3 checkpoints. Drafting costs less;\n"
-        "verification is unchanged, so outputs keep the target's distribution exactly.");
+        "Writes a copy of a drafter with a draft vocabulary of --size target ids (d2t / t2d, as in\n"
+        "Speculators' EAGLE-3 checkpoints): the target's stop tokens, then the ids most frequent in\n"
+        "the responses of its training data (then in its prompts). A DSpark / DFlash drafter keeps\n"
+        "its full head: greedy rounds draft over the draft vocabulary (cheaper logits and Markov\n"
+        "bias), sampled rounds over the full one, whose tail their acceptance also needs. With\n"
+        "--reduced-head (and always for EAGLE-3) every round drafts over the draft vocabulary.\n"
+        "Verification is unchanged, so outputs keep the target's distribution exactly.");
     return 0;
   }
   const std::string target_dir = args.str("model"), drafter_dir = args.str("drafter");

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <numeric>
 
@@ -63,17 +62,15 @@ namespace {
 // vocabulary.
 struct HeadRows {
   bool full = true;
+  int64_t rows = 0;             // rows of the head
   std::vector<int32_t> row_of;  // target id -> head row (-1: not scored)
 };
 
 HeadRows head_rows(DrafterConfig& dc, const TensorStore& store, int vocab) {
   const std::vector<int32_t> map = draft_vocab_map(dc, store, vocab);
   HeadRows h;
-  h.full = map.empty();
-  if (!map.empty() && dc.method != SpecMethod::Eagle3) {
-    h.full = !store.has("lm_head.weight") ||
-             store.get("lm_head.weight").shape.at(0) != int64_t(map.size());
-  }
+  h.full = map.empty() || dc.keeps_full_head;
+  h.rows = h.full ? vocab : int64_t(map.size());
   h.row_of.assign(size_t(vocab), -1);
   if (h.full) {
     for (int v = 0; v < vocab; ++v) h.row_of[size_t(v)] = v;
@@ -113,11 +110,7 @@ void write_reduced_drafter(const std::string& dir, const Model& target,
   const int V = target.config().vocab_size;
   const HeadRows src = head_rows(dc, *store, V);
   const std::vector<int32_t>& row_of = src.row_of;
-  const int64_t Vsrc = src.full ? V : [&] {
-    int64_t n = 0;
-    for (int32_t r : row_of) n += r >= 0;
-    return n;
-  }();
+  const int64_t Vsrc = src.rows;
   // EAGLE-3 heads, and heads that hold only a draft vocabulary already, keep only the kept rows.
   const bool hard = reduced_head || dc.method == SpecMethod::Eagle3 || !src.full;
   if (keep.empty()) fail("draft vocabulary: no token ids to keep");
@@ -193,13 +186,8 @@ void write_reduced_drafter(const std::string& dir, const Model& target,
   nlohmann::json cfg =
       nlohmann::json::parse(read_text_file((fs::path(dir) / "config.json").string()));
   cfg["draft_vocab_size"] = Vd;
-  const std::string cfg_path = (fs::path(out_dir) / "config.json").string();
-  {
-    std::ofstream out(cfg_path + ".tmp");
-    out << cfg.dump(2) << "\n";
-    if (!out) fail(cfg_path, ": cannot write");
-  }
-  fs::rename(cfg_path + ".tmp", cfg_path);
+  const std::string text = cfg.dump(2) + "\n";
+  write_file_atomic((fs::path(out_dir) / "config.json").string(), text.data(), text.size());
 }
 
 }  // namespace dspark

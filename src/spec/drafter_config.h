@@ -27,7 +27,7 @@ struct DrafterConfig {
   // DSpark / DFlash with a draft vocabulary: whether the checkpoint keeps the full-vocabulary head
   // (no lm_head of its own, or one of the target's rows), so that greedy rounds draft over the draft
   // vocabulary and sampled rounds over the full one; false when its head holds only the draft
-  // vocabulary (every round drafts over it, as EAGLE-3 always does). Set by load_drafter.
+  // vocabulary (every round drafts over it, as EAGLE-3 always does). Set by draft_vocab_map.
   bool keeps_full_head = true;
   bool norm_before_residual = true;   // EAGLE-3
   int speculative_tokens = 0;      // the drafter's own default (0: none)

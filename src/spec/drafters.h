@@ -24,7 +24,8 @@ std::unique_ptr<Drafter> make_eagle3_drafter(const DrafterConfig& cfg, const Mod
 // The reduced draft vocabulary of a checkpoint (Speculators' convention): tensor d2t [n] (I64)
 // maps draft id i to target id i + d2t[i], optional t2d [vocab] (BOOL) marks the kept target ids.
 // Validates both (range, duplicates, agreement, draft_vocab_size) and returns draft id ->
-// target id, or an empty vector when the checkpoint has none; sets dc.draft_vocab_size to n (0).
+// target id, or an empty vector when the checkpoint has none; sets dc.draft_vocab_size to n (0)
+// and dc.keeps_full_head.
 std::vector<int32_t> draft_vocab_map(DrafterConfig& dc, const TensorStore& store, int vocab);
 std::unique_ptr<Drafter> make_ngram_drafter(int min_n, int max_n, int max_tokens);
 

@@ -47,6 +47,10 @@ std::vector<int32_t> draft_vocab_map(DrafterConfig& dc, const TensorStore& store
         fail(m.file, ": t2d marks target id ", v, f[v] ? " as" : " as not", " in the draft vocabulary, d2t says otherwise");
   }
   dc.draft_vocab_size = int(n);
+  // EAGLE-3 heads always hold the draft vocabulary; a DSpark / DFlash head does when its own
+  // lm_head has exactly those rows, else it is the full head (the target's, or one of its rows).
+  const TensorView* head = store.has("lm_head.weight") ? &store.get("lm_head.weight") : nullptr;
+  dc.keeps_full_head = dc.method != SpecMethod::Eagle3 && !(head && head->shape.size() == 2 && head->shape[0] == n);
   return map;
 }
 
@@ -96,10 +100,6 @@ std::unique_ptr<Drafter> load_drafter(SpecConfig& sc, const Model& target, DType
       fail(view.file, ": unexpected tensor '", name, "' for a ", spec_method_name(dc.method), " drafter",
            "");
   std::vector<int32_t> to_target = draft_vocab_map(dc, *store, target.config().vocab_size);
-  if (!to_target.empty() && dc.method != SpecMethod::Eagle3 && store->has("lm_head.weight")) {
-    const TensorView& h = store->get("lm_head.weight");
-    dc.keeps_full_head = !(h.shape.size() == 2 && h.shape[0] == dc.draft_vocab_size);
-  }
   auto src = checkpoint_source(std::move(store));
   switch (dc.method) {
     case SpecMethod::DSpark: return make_dspark_drafter(dc, target, *src, dtype, std::move(to_target));

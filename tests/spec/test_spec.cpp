@@ -414,21 +414,20 @@ TEST(DraftVocab, BadMappingsAreNamed) {
   // No d2t, a reduced draft_vocab_size.
   rewrite(dir / "nod2t", [&](const std::string& n, SafetensorsWriter&, const TensorView&) { return n == "d2t" || n == "t2d"; });
   EXPECT_NE(load(dir / "nod2t").find("no d2t tensor"), std::string::npos) << load(dir / "nod2t");
+  // Tensor `name` replaced by zeros of `rows` rows.
+  auto zero_rows = [](const std::string& name, int64_t rows) {
+    return [name, rows](const std::string& n, SafetensorsWriter& w, const TensorView& v) {
+      if (n != name) return false;
+      std::vector<float> z(size_t(rows * v.shape[1]), 0.f);
+      w.add_f32(n, {rows, v.shape[1]}, z.data(), DType::F32);
+      return true;
+    };
+  };
   // A head of neither the draft vocabulary's rows nor the target's.
-  rewrite(dir / "head", [&](const std::string& n, SafetensorsWriter& w, const TensorView& v) {
-    if (n != "lm_head.weight") return false;
-    std::vector<float> z(size_t(10 * v.shape[1]), 0.f);
-    w.add_f32(n, {10, v.shape[1]}, z.data(), DType::F32);
-    return true;
-  });
+  rewrite(dir / "head", zero_rows("lm_head.weight", 10));
   EXPECT_NE(load(dir / "head").find("'lm_head.weight'"), std::string::npos) << load(dir / "head");
   // A Markov W2 of the full vocabulary under a reduced one.
-  rewrite(dir / "w2", [&](const std::string& n, SafetensorsWriter& w, const TensorView& v) {
-    if (n != "markov_head.markov_w2.weight") return false;
-    std::vector<float> z(size_t(64 * v.shape[1]), 0.f);
-    w.add_f32(n, {64, v.shape[1]}, z.data(), DType::F32);
-    return true;
-  });
+  rewrite(dir / "w2", zero_rows("markov_head.markov_w2.weight", 64));
   EXPECT_NE(load(dir / "w2").find("markov_head.markov_w2.weight"), std::string::npos) << load(dir / "w2");
   // Reducing to an id the drafter cannot propose, or into its own directory.
   EXPECT_NE(error_of([&] { write_reduced_drafter((dir / "r").string(), *target, std::vector<int32_t>{1, 2}, (dir / "x").string()); })

@@ -1,6 +1,8 @@
 #include "kernels/gemm.h"
 
 #include <cstdlib>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 #include <string>
@@ -52,7 +54,8 @@ WeightMatrix WeightMatrix::rows(int begin, int count) const {
   r.n = count;
   if (panels) {
     if (begin % kPanelRows != 0) fail("internal: a view of panel-packed weights must start at a multiple of ", kPanelRows, " rows, not ", begin);
-    r.data = static_cast<const uint16_t*>(data) + int64_t(begin / kPanelRows) * panel_stride(pairs, k);
+    r.data = static_cast<const uint8_t*>(data) + int64_t(begin / kPanelRows) * panel_stride(pairs, k) * int64_t(dtype_size(dtype));
+    if (scales) r.scales = scales + begin;
   } else {
     r.data = static_cast<const uint8_t*>(data) + int64_t(begin) * ld * int64_t(dtype_size(dtype));
   }
@@ -81,7 +84,43 @@ WeightMatrix pack_panels(const WeightMatrix& w, void* dst, bool pairs) {
   return v;
 }
 
+size_t int8_panel_bytes(int64_t n, int64_t k) {
+  const int64_t np = (n + kPanelRows - 1) / kPanelRows;
+  return size_t(np * kPanelRows * panel_k(k)) + size_t(np * kPanelRows) * 4;
+}
+
+WeightMatrix quantize_int8(const WeightMatrix& w) {
+  if (w.dtype != DType::BF16 || !w.panels || !w.pairs) fail("internal: quantize_int8 takes bf16 weights in pair panels");
+  if (w.k < 4) return w;  // too few columns for the scales to fit in the freed half
+  const int64_t K = w.k, kp2 = panel_k(K), np = (w.n + kPanelRows - 1) / kPanelRows, rows = np * kPanelRows;
+  const int64_t total = rows * kp2;  // elements, padding included
+  auto* src = static_cast<uint16_t*>(const_cast<void*>(w.data));
+  std::vector<float> scale(size_t(rows), 0.f);
+  for (int64_t r = 0; r < w.n; ++r) {
+    float mx = 0.f;
+    for (int64_t c = 0; c < K; ++c) mx = std::max(mx, std::fabs(bf16_to_f32(src[panel_index(true, K, r, c)])));
+    scale[size_t(r)] = mx / 127.f;
+  }
+  // In place, forward: byte i is written after element i (bytes 2i, 2i+1) and every element
+  // before it were read. The row of element i follows from the pair layout.
+  auto* dst = reinterpret_cast<int8_t*>(src);
+  for (int64_t i = 0; i < total; ++i) {
+    const int64_t r = (i / panel_stride(true, K)) * kPanelRows + (i % (2 * kPanelRows)) / 2;
+    const float s = scale[size_t(r)];
+    const float v = bf16_to_f32(src[i]);
+    dst[i] = s > 0.f ? int8_t(std::clamp(std::nearbyint(v / s), -127.f, 127.f)) : int8_t(0);
+  }
+  auto* sc = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(src) + total);  // total is a multiple of 32
+  std::memcpy(sc, scale.data(), scale.size() * 4);
+  WeightMatrix q = w;
+  q.dtype = DType::I8;
+  q.scales = sc;
+  return q;
+}
+
 float weight_at(const WeightMatrix& w, int64_t r, int64_t c) {
+  if (w.dtype == DType::I8)
+    return float(static_cast<const int8_t*>(w.data)[panel_index(true, w.k, r, c)]) * w.scales[r];
   if (w.panels) return bf16_to_f32(static_cast<const uint16_t*>(w.data)[panel_index(w.pairs, w.k, r, c)]);
   if (w.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(w.data)[r * w.ld + c]);
   return static_cast<const float*>(w.data)[r * w.ld + c];

@@ -8,15 +8,16 @@
 namespace dspark {
 
 // A weight matrix W[n, k], row-major with row stride `ld` elements (>= k), or, for bf16, in
-// panels (see below).
+// panels (see below), or int8 in pair panels with one f32 scale per row (see quantize_int8).
 struct WeightMatrix {
-  DType dtype = DType::F32;  // F32 or BF16
+  DType dtype = DType::F32;  // F32, BF16, or I8 (pair panels only)
   int n = 0;
   int k = 0;
   int64_t ld = 0;
   const void* data = nullptr;
   bool panels = false;  // bf16 only: `data` holds kPanelRows-row panels, not rows (ld is unused)
   bool pairs = false;   // with panels: the AVX512-BF16 pair layout (see below), else the AVX2 one
+  const float* scales = nullptr;  // I8: row r's value is int8 element * scales[r] (one per padded row)
 
   // A view of rows [begin, begin+count); with panels, begin must be a multiple of kPanelRows.
   WeightMatrix rows(int begin, int count) const;
@@ -50,6 +51,18 @@ inline int64_t panel_index(bool pairs, int64_t k, int64_t r, int64_t c) {
 WeightMatrix pack_panels(const WeightMatrix& w, void* dst, bool pairs);
 // The same in the layout the current backend reads.
 WeightMatrix pack_panels(const WeightMatrix& w, void* dst);
+// Weight-only int8 of a bf16 matrix in pair panels, for weights whose rounding does not change what
+// is generated (a drafter's: verification keeps the output the target's whatever it proposes).
+// Each row r gets the symmetric scale s_r = max_c |W[r, c]| / 127 and element round(W[r, c] / s_r)
+// in [-127, 127], stored in the same pair layout at one byte each (half the bytes the kernels
+// stream); the kernels widen it to bf16 exactly and scale the row's sum. Written in place over
+// `w.data` (the int8 panels, then the scales, fill its first half plus 4 bytes a row) and returned as
+// the I8 view. Needs a whole matrix (not a row view) in bf16 pair panels with k >= 4 (smaller
+// matrices are returned unchanged).
+WeightMatrix quantize_int8(const WeightMatrix& w);
+// Bytes of the int8 panels and scales of an n x k matrix (within panel_bytes(n, k) for k >= 4).
+size_t int8_panel_bytes(int64_t n, int64_t k);
+
 // The value of element (r, c) of `w` whatever its layout (tests and the reference backend).
 float weight_at(const WeightMatrix& w, int64_t r, int64_t c);
 // Whether bf16 weights should be packed into panels for the current backend (AVX2 and

@@ -8,6 +8,10 @@
 // to 12 rows of x (24 accumulators of the 32 zmm registers); decode (m = 1) keeps four k-phases in
 // flight instead, so that the adds do not wait on their own latency.
 //
+// int8 pair panels (quantize_int8) hold the same layout at one byte per element: a k-pair slice of a
+// panel is 32 bytes, widened to bf16 in registers (exactly: |q| <= 127) before the same
+// instructions, and each panel's sums are multiplied by its rows' scales when stored.
+//
 // Built with AVX-512 flags; only called where gemm_backend_available(GemmBackend::Avx512Bf16).
 #include <immintrin.h>
 
@@ -33,31 +37,51 @@ constexpr int kPanelsPerTask = 4;   // prefill: panels per task
 
 inline __mmask16 col_mask(int cols) { return cols >= kPanel ? __mmask16(0xffff) : __mmask16((1u << cols) - 1); }
 
-inline void store_out(float* y, __m512 v, int cols, bool store) {
+// One k-pair slice of a panel (16 rows x 2 values) as bf16 pairs: the 64-byte slice of a bf16
+// panel, or the 32-byte slice of an int8 one widened (via f32: cvtne2ps2bf16 keeps the lanes in order).
+template <class E>
+inline __m512bh load_slice(const E* s) {
+  if constexpr (sizeof(E) == 4) {
+    return (__m512bh)_mm512_loadu_si512(s);
+  } else {
+    const __m128i* b = reinterpret_cast<const __m128i*>(s);
+    // The masked forms: GCC 12 warns that the unmasked ones' undefined pass-through is uninitialised.
+    const __m512 lo = _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(b)));
+    const __m512 hi = _mm512_maskz_cvtepi32_ps(0xffff, _mm512_maskz_cvtepi8_epi32(0xffff, _mm_loadu_si128(b + 1)));
+    return _mm512_cvtne2ps_pbh(hi, lo);
+  }
+}
+
+// Stores (or adds) one panel's 16 sums for a row of y; `sc` (int8 panels) scales them first.
+inline void store_out(float* y, __m512 v, int cols, bool store, const float* sc) {
   const __mmask16 mk = col_mask(cols);
+  if (sc) v = _mm512_mul_ps(v, _mm512_maskz_loadu_ps(mk, sc));
   if (!store) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mk, y));
   _mm512_mask_storeu_ps(y, mk, v);
 }
 
 // y[MR, NP*16] (+)= x[MR, 2*kp] . panels[kp pairs]: `xp` holds each row of x as bf16 pairs
 // (row stride ldx 32-bit words), `panel` the first panel's slice at the first pair, the next panel
-// `pstride` words further. `pf` (optional) is prefetched one 64-byte line per pair and panel.
-template <int MR, int NP>
-void pair_micro(const uint32_t* xp, int64_t ldx, const uint32_t* panel, int64_t pstride, int64_t kp, float* y,
-                int64_t ldy, int cols_last, bool store, const char* pf) {
+// `pstride` elements further; an element E is one row's pair (uint32_t: bf16, uint16_t: int8), so a
+// slice is 16 of them. `pf` (optional) is prefetched one 64-byte line per 64 bytes of panel read.
+// `sc` (int8 only) holds the scales of the first panel's rows, the next panel's 16 further.
+template <int MR, int NP, class E>
+void pair_micro(const uint32_t* xp, int64_t ldx, const E* panel, int64_t pstride, int64_t kp, float* y,
+                int64_t ldy, int cols_last, bool store, const char* pf, const float* sc) {
+  constexpr int64_t kPfEvery = 4 / int64_t(sizeof(E));  // k-pairs per 64-byte line of a panel
   __m512 acc[NP][MR];
   DSPARK_UNROLL
   for (int p = 0; p < NP; ++p)
     DSPARK_UNROLL
     for (int i = 0; i < MR; ++i) acc[p][i] = _mm512_setzero_ps();
   for (int64_t j = 0; j < kp; ++j) {
-    if (pf) {
+    if (pf && j % kPfEvery == 0) {
       DSPARK_UNROLL
-      for (int p = 0; p < NP; ++p) _mm_prefetch(pf + (p * pstride + j * kPanel) * 4, _MM_HINT_T1);
+      for (int p = 0; p < NP; ++p) _mm_prefetch(pf + (p * pstride + j * kPanel) * int64_t(sizeof(E)), _MM_HINT_T1);
     }
     __m512bh w[NP];
     DSPARK_UNROLL
-    for (int p = 0; p < NP; ++p) w[p] = (__m512bh)_mm512_loadu_si512(panel + p * pstride + j * kPanel);
+    for (int p = 0; p < NP; ++p) w[p] = load_slice(panel + p * pstride + j * kPanel);
     DSPARK_UNROLL
     for (int i = 0; i < MR; ++i) {
       const __m512bh a = (__m512bh)_mm512_set1_epi32(int(xp[i * ldx + j]));
@@ -68,13 +92,14 @@ void pair_micro(const uint32_t* xp, int64_t ldx, const uint32_t* panel, int64_t 
   DSPARK_UNROLL
   for (int i = 0; i < MR; ++i)
     DSPARK_UNROLL
-    for (int p = 0; p < NP; ++p) store_out(y + i * ldy + p * kPanel, acc[p][i], p == NP - 1 ? cols_last : kPanel, store);
+    for (int p = 0; p < NP; ++p)
+      store_out(y + i * ldy + p * kPanel, acc[p][i], p == NP - 1 ? cols_last : kPanel, store, sc ? sc + p * kPanel : nullptr);
 }
 
 // m == 1: four k-phases per panel, summed at the end.
-template <int NP>
-void pair_single(const uint32_t* xp, const uint32_t* panel, int64_t pstride, int64_t kp, float* y, int cols_last,
-                 bool store) {
+template <int NP, class E>
+void pair_single(const uint32_t* xp, const E* panel, int64_t pstride, int64_t kp, float* y, int cols_last,
+                 bool store, const float* sc) {
   __m512 acc[NP][4];
   DSPARK_UNROLL
   for (int p = 0; p < NP; ++p)
@@ -87,31 +112,31 @@ void pair_single(const uint32_t* xp, const uint32_t* panel, int64_t pstride, int
       const __m512bh a = (__m512bh)_mm512_set1_epi32(int(xp[j + u]));
       DSPARK_UNROLL
       for (int p = 0; p < NP; ++p)
-        acc[p][u] = _mm512_dpbf16_ps(acc[p][u], (__m512bh)_mm512_loadu_si512(panel + p * pstride + (j + u) * kPanel), a);
+        acc[p][u] = _mm512_dpbf16_ps(acc[p][u], load_slice(panel + p * pstride + (j + u) * kPanel), a);
     }
   }
   for (; j < kp; ++j) {
     const __m512bh a = (__m512bh)_mm512_set1_epi32(int(xp[j]));
     DSPARK_UNROLL
     for (int p = 0; p < NP; ++p)
-      acc[p][0] = _mm512_dpbf16_ps(acc[p][0], (__m512bh)_mm512_loadu_si512(panel + p * pstride + j * kPanel), a);
+      acc[p][0] = _mm512_dpbf16_ps(acc[p][0], load_slice(panel + p * pstride + j * kPanel), a);
   }
   DSPARK_UNROLL
   for (int p = 0; p < NP; ++p)
     store_out(y + p * kPanel, _mm512_add_ps(_mm512_add_ps(acc[p][0], acc[p][1]), _mm512_add_ps(acc[p][2], acc[p][3])),
-              p == NP - 1 ? cols_last : kPanel, store);
+              p == NP - 1 ? cols_last : kPanel, store, sc ? sc + p * kPanel : nullptr);
 }
 
-template <int NP>
-void pair_block(int mr, const uint32_t* xp, int64_t ldx, const uint32_t* panel, int64_t pstride, int64_t kp, float* y,
-                int64_t ldy, int cols_last, bool store, const char* pf) {
+template <int NP, class E>
+void pair_block(int mr, const uint32_t* xp, int64_t ldx, const E* panel, int64_t pstride, int64_t kp, float* y,
+                int64_t ldy, int cols_last, bool store, const char* pf, const float* sc) {
   switch (mr) {
 #define DSPARK_CASE(R) \
-  case R: return pair_micro<R, NP>(xp, ldx, panel, pstride, kp, y, ldy, cols_last, store, pf);
+  case R: return pair_micro<R, NP>(xp, ldx, panel, pstride, kp, y, ldy, cols_last, store, pf, sc);
     DSPARK_CASE(12) DSPARK_CASE(11) DSPARK_CASE(10) DSPARK_CASE(9) DSPARK_CASE(8) DSPARK_CASE(7)
     DSPARK_CASE(6) DSPARK_CASE(5) DSPARK_CASE(4) DSPARK_CASE(3) DSPARK_CASE(2)
 #undef DSPARK_CASE
-    default: return pair_micro<1, NP>(xp, ldx, panel, pstride, kp, y, ldy, cols_last, store, pf);
+    default: return pair_micro<1, NP>(xp, ldx, panel, pstride, kp, y, ldy, cols_last, store, pf, sc);
   }
 }
 
@@ -123,12 +148,16 @@ inline int block_rows(int left) {
 
 }  // namespace
 
-void gemm_avx512bf16(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
-                     bool accumulate) {
+namespace {
+
+// The product for panels of element type E (uint32_t: bf16 pairs, uint16_t: int8 pairs).
+template <class E>
+void gemm_pairs(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy, bool accumulate) {
   const int64_t K = w.k, kp = (K + 1) / 2;  // k-pairs; an odd k is padded with a zero weight
   const int panels = (w.n + kPanel - 1) / kPanel;
-  const int64_t pstride = kp * kPanel;  // 32-bit words per panel
-  const auto* base = static_cast<const uint32_t*>(w.data);
+  const int64_t pstride = kp * kPanel;  // elements per panel
+  const auto* base = static_cast<const E*>(w.data);
+  const float* scales = w.scales;  // int8 only
   // x as bf16 pairs, a zero in the pad slot of an odd k (the pad weight is zero too, but 0 * NaN is not).
   thread_local Buffer<uint16_t> xb;
   xb.resize(size_t(m) * size_t(2 * kp));
@@ -149,18 +178,19 @@ void gemm_avx512bf16(const float* x, int m, int64_t ldx, const WeightMatrix& w, 
   // Panels [p, p + np) against rows [i0, i1) of x over k-pairs [j0, j0 + jn).
   auto run = [&](int p, int np, int i0, int i1, int64_t j0, int64_t jn, bool store, const char* pf) {
     const int n0 = p * kPanel, cols_last = w.n - (p + np - 1) * kPanel;
-    const uint32_t* panel = base + int64_t(p) * pstride + j0 * kPanel;
+    const E* panel = base + int64_t(p) * pstride + j0 * kPanel;
+    const float* sc = scales ? scales + n0 : nullptr;
     for (int i = i0; i < i1;) {
       const int mr = block_rows(i1 - i);
       const uint32_t* xr = xp + i * ldxp + j0;
       float* yr = y + i * ldy + n0;
       if (i1 - i0 == 1) {
-        if (np == 2) pair_single<2>(xr, panel, pstride, jn, yr, cols_last, store);
-        else pair_single<1>(xr, panel, pstride, jn, yr, cols_last, store);
+        if (np == 2) pair_single<2>(xr, panel, pstride, jn, yr, cols_last, store, sc);
+        else pair_single<1>(xr, panel, pstride, jn, yr, cols_last, store, sc);
       } else if (np == 2) {
-        pair_block<2>(mr, xr, ldxp, panel, pstride, jn, yr, ldy, cols_last, store, i == i0 ? pf : nullptr);
+        pair_block<2>(mr, xr, ldxp, panel, pstride, jn, yr, ldy, cols_last, store, i == i0 ? pf : nullptr, sc);
       } else {
-        pair_block<1>(mr, xr, ldxp, panel, pstride, jn, yr, ldy, cols_last, store, i == i0 ? pf : nullptr);
+        pair_block<1>(mr, xr, ldxp, panel, pstride, jn, yr, ldy, cols_last, store, i == i0 ? pf : nullptr, sc);
       }
       i += mr;
     }
@@ -180,6 +210,7 @@ void gemm_avx512bf16(const float* x, int m, int64_t ldx, const WeightMatrix& w, 
     return;
   }
   // Prefill: k blocks whose slice of a pair of panels stays in L1 while blocks of x stream past.
+  // Partial sums of an int8 panel are scaled per k block, which is the same linear map.
   const int groups = (panels + kPanelsPerTask - 1) / kPanelsPerTask;
   parallel_for(groups, [&](int g) {
     const int p0 = g * kPanelsPerTask, p1 = std::min(panels, p0 + kPanelsPerTask);
@@ -192,6 +223,14 @@ void gemm_avx512bf16(const float* x, int m, int64_t ldx, const WeightMatrix& w, 
       }
     }
   });
+}
+
+}  // namespace
+
+void gemm_avx512bf16(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
+                     bool accumulate) {
+  if (w.dtype == DType::I8) return gemm_pairs<uint16_t>(x, m, ldx, w, y, ldy, accumulate);
+  gemm_pairs<uint32_t>(x, m, ldx, w, y, ldy, accumulate);
 }
 
 }  // namespace dspark::detail

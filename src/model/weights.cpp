@@ -123,4 +123,12 @@ LayerWeights load_decoder_layer(const WeightSource& src, const std::string& p, c
   return L;
 }
 
+void quantize_int8_if_paired(WeightMatrix& w) {
+  if (w.dtype == DType::BF16 && w.panels && w.pairs) w = quantize_int8(w);
+}
+
+void quantize_int8_if_paired(LayerWeights& L) {
+  for (WeightMatrix* w : {&L.qkv, &L.o, &L.gate_up, &L.down}) quantize_int8_if_paired(*w);
+}
+
 }  // namespace dspark

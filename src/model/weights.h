@@ -62,6 +62,12 @@ class WeightArena {
   std::deque<std::vector<float>> vectors_;
 };
 
+// Weight-only int8 (quantize_int8, kernels/gemm.h) of a matrix held as bf16 pair panels, in place;
+// any other layout (f32, rows, the AVX2 panels, k < 4) is left as it is. For a drafter's matrices
+// only: its proposals may change, what is generated cannot (verification keeps the target's).
+void quantize_int8_if_paired(WeightMatrix& w);
+void quantize_int8_if_paired(LayerWeights& L);
+
 // Bytes of the matrices of one decoder layer whose attention input has `in` features.
 size_t decoder_layer_bytes(const ModelConfig& c, DType dtype, int64_t in);
 // Loads "<prefix>self_attn.q_proj.weight" etc. (HF names under `prefix`, e.g. "model.layers.3.").

@@ -71,6 +71,12 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
     draft_head_ = &draft_lm_head_;
   }
   inv_freq_ = L.rope_inv_freq();
+  if (cfg.int8_weights) {  // never the target's embeddings or head, which this arena does not hold
+    quantize_int8_if_paired(fc_);
+    for (LayerWeights& lw : layers_) quantize_int8_if_paired(lw);
+    if (own_head) quantize_int8_if_paired(own_lm_head_);
+    if (reduced && full) quantize_int8_if_paired(draft_lm_head_);
+  }
 }
 
 int32_t DflashBackbone::draw(const float* z, bool draft_vocab, const DraftSampling& ds, Sampler& sampler,

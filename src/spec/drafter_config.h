@@ -31,6 +31,9 @@ struct DrafterConfig {
   bool keeps_full_head = true;
   bool norm_before_residual = true;   // EAGLE-3
   int speculative_tokens = 0;      // the drafter's own default (0: none)
+  // Run-time, not in config.json: the speculative config's "quantization": "int8" (the drafter's
+  // matrices in weight-only int8 after loading; see quantize_int8_if_paired).
+  bool int8_weights = false;
   std::string format;              // "deepspec", "zlab", "speculators"
   std::string path;                // the config.json read
 

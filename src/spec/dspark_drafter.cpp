@@ -39,6 +39,12 @@ class DsparkDrafter : public Drafter {
       } else if (!bb_.has_full_head()) {
         w2_draft_ = w2_;
       }
+      if (cfg.int8_weights) {
+        const bool shared = w2_draft_.data == w2_.data;  // the head holds only the draft vocabulary
+        quantize_int8_if_paired(w2_);
+        if (shared) w2_draft_ = w2_;
+        else quantize_int8_if_paired(w2_draft_);
+      }
       if (cfg.markov_head_type == "gated") {
         gate_ = a.matrix(src, "markov_head.gate_proj.weight", r, H + r);
         a.pack(gate_);

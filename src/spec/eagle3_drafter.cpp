@@ -76,6 +76,12 @@ class Eagle3Drafter : public Drafter {
     if (int(to_target_.size()) != draft_vocab_)
       fail(cfg.path, ": draft_vocab_size ", draft_vocab_, " but the draft vocabulary maps ", to_target_.size(), " ids");
     inv_freq_ = L.rope_inv_freq();
+    if (cfg.int8_weights) {
+      quantize_int8_if_paired(fc_);
+      quantize_int8_if_paired(layer_);
+      for (LayerWeights& lw : upper_) quantize_int8_if_paired(lw);
+      quantize_int8_if_paired(lm_head_);
+    }
     out_hidden_.resize(size_t(H));
   }
 

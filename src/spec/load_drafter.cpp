@@ -3,6 +3,7 @@
 
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "kernels/gemm.h"
 #include "spec/dflash_backbone.h"
 #include "spec/drafter.h"
 #include "spec/drafters.h"
@@ -84,6 +85,16 @@ std::unique_ptr<Drafter> load_drafter(SpecConfig& sc, const Model& target, DType
     fail(dc.path, ": field 'num_target_layers' is ", dc.num_target_layers, " but the target has ",
          target.config().num_layers, " layers");
 
+  if (sc.quantization == "int8") {
+    // The int8 kernels read the AVX512-BF16 pair panels, which bf16 weights are packed into on such CPUs.
+    if (dtype != DType::BF16)
+      fail(where, ": field 'quantization' int8 quantizes bf16 drafter weights; this run loads ", dtype_name(dtype),
+           " (drop the field, or run in bf16)");
+    if (gemm_backend() != GemmBackend::Avx512Bf16)
+      fail(where, ": field 'quantization' int8 needs the avx512bf16 matrix backend (a CPU with AVX512-BF16); this run uses ",
+           gemm_backend_name(gemm_backend()));
+    dc.int8_weights = true;
+  }
   auto store = TensorStore::open_dir(sc.model);
   // Every tensor must be one the method uses.
   std::vector<std::string> known;

@@ -85,11 +85,16 @@ SpecConfig SpecConfig::parse(const std::string& text) {
           fail(where, ": field 'dspark_sps_curve' entry ", i, " must be a positive number, got ", v[i].dump());
         c.sps_curve.push_back(v[i].get<double>());
       }
+    } else if (k == "quantization") {
+      if (j[k].is_null()) continue;  // vLLM's default: none
+      const std::string q = str("quantization");
+      if (q != "int8") fail(where, ": field 'quantization' is '", q, "'; supported: int8 (weight-only, the drafter's matrices)");
+      c.quantization = q;
     } else {
       fail(where, ": unknown field '", k,
            "' (supported: method, model, num_speculative_tokens, draft_sample_method, rejection_sample_method, "
            "prompt_lookup_min, prompt_lookup_max, dspark_confidence_threshold, enable_adaptive_verification, "
-           "dspark_sps_curve)");
+           "dspark_sps_curve, quantization)");
     }
   }
   if (!has_method && c.model.empty()) fail(where, ": give 'method' (or 'model', whose config names the method)");
@@ -103,6 +108,7 @@ SpecConfig SpecConfig::parse(const std::string& text) {
     if (c.prompt_lookup_min == 0 && c.prompt_lookup_max == 0) c.prompt_lookup_min = c.prompt_lookup_max = 5;
     if (c.prompt_lookup_min == 0) c.prompt_lookup_min = c.prompt_lookup_max;
     if (c.prompt_lookup_max == 0) c.prompt_lookup_max = c.prompt_lookup_min;
+    if (!c.quantization.empty()) fail(where, ": field 'quantization' does not apply to method ngram (it has no weights)");
     if (c.prompt_lookup_min > c.prompt_lookup_max)
       fail(where, ": field 'prompt_lookup_min' (", c.prompt_lookup_min, ") exceeds 'prompt_lookup_max' (", c.prompt_lookup_max, ")");
   } else {

@@ -28,6 +28,10 @@ struct SpecConfig {
   // Empty ("auto"): the target's step time is profiled at load and the drafting time is
   // learned from the rounds already run.
   std::vector<double> sps_curve;
+  // vLLM's "quantization" of the draft model: "int8" quantizes the drafter's bf16 matrices to
+  // weight-only int8 (one scale per row) when it loads, halving the bytes a drafting round reads.
+  // Empty: the drafter runs in the engine's dtype.
+  std::string quantization;
   bool method_given = false;       // 'method' was in the JSON (else the drafter's config decides)
 
   // Parses the JSON text. `method` may be omitted when the drafter's config names it.

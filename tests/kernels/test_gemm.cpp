@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -178,6 +179,100 @@ TEST(Gemm, PanelLayoutsKeepEveryElementAndRowViews) {
     EXPECT_THROW(p.rows(8, 4), Error);  // panels cannot start mid-panel
     EXPECT_THROW(pack_panels(p, packed.data(), pairs), Error);
   }
+}
+
+// bf16 weights of shape n x k in pair panels (random normal values; row 0 all zero when `zero_row`).
+struct PairMatrix {
+  std::vector<uint16_t> rows, packed;
+  WeightMatrix w;
+  PairMatrix(int n, int k, uint32_t seed, bool zero_row = false) : rows(size_t(n) * size_t(k)), packed(panel_bytes(n, k) / 2) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd;
+    for (auto& v : rows) v = f32_to_bf16(nd(rng));
+    if (zero_row)
+      for (int c = 0; c < k; ++c) rows[size_t(c)] = 0;
+    w = pack_panels(WeightMatrix{DType::BF16, n, k, k, rows.data()}, packed.data(), true);
+  }
+  float at(int r, int c) const { return bf16_to_f32(rows[size_t(r) * size_t(w.k) + size_t(c)]); }
+};
+
+TEST(Gemm, Int8QuantizationRoundsEachRowToItsOwnScale) {
+  const int n = 53, k = 37;  // a partial last panel and an odd k (the pad column)
+  PairMatrix m(n, k, 5, /*zero_row=*/true);
+  const WeightMatrix q = quantize_int8(m.w);
+  ASSERT_EQ(q.dtype, DType::I8);
+  ASSERT_TRUE(q.panels && q.pairs && q.scales);
+  EXPECT_EQ(q.data, m.w.data);  // in place
+  EXPECT_LE(int8_panel_bytes(n, k), panel_bytes(n, k));
+  for (int r = 0; r < n; ++r) {
+    float mx = 0;
+    for (int c = 0; c < k; ++c) mx = std::max(mx, std::fabs(m.at(r, c)));
+    ASSERT_FLOAT_EQ(q.scales[r], mx / 127.f) << "row " << r;
+    bool hit_max = r == 0;  // the zero row has scale 0 and all-zero elements
+    for (int c = 0; c < k; ++c) {
+      const int8_t e = static_cast<const int8_t*>(q.data)[panel_index(true, k, r, c)];
+      ASSERT_GE(e, -127);
+      // Round to nearest: within half a step of the bf16 value (and the element times the scale is weight_at).
+      ASSERT_LE(std::fabs(float(e) * q.scales[r] - m.at(r, c)), 0.5f * q.scales[r] * (1 + 1e-5f) + 1e-30f) << r << "," << c;
+      ASSERT_EQ(weight_at(q, r, c), float(e) * q.scales[r]);
+      hit_max |= e == 127 || e == -127;
+    }
+    EXPECT_TRUE(hit_max) << "row " << r << ": its largest weight maps to +-127";
+  }
+  // Padding rows and the pad column hold zeros; the rows past n have scale 0.
+  const auto* bytes = static_cast<const int8_t*>(q.data);
+  for (int r = 0; r < 64; ++r)
+    for (int c = 0; c < int(panel_k(k)); ++c)
+      if (r >= n || c >= k) {
+        ASSERT_EQ(bytes[panel_index(true, k, r, c)], 0) << r << "," << c;
+      }
+  for (int r = n; r < 64; ++r) ASSERT_EQ(q.scales[r], 0.f);
+  // A row view carries its rows' scales.
+  const WeightMatrix view = q.rows(32, 21);
+  for (int r = 0; r < 21; ++r)
+    for (int c = 0; c < k; ++c) ASSERT_EQ(weight_at(view, r, c), weight_at(q, 32 + r, c));
+  // Only bf16 pair panels are quantized; a k below 4 has no room for the scales and stays bf16.
+  EXPECT_THROW(quantize_int8(WeightMatrix{DType::BF16, n, k, k, m.rows.data()}), Error);
+  EXPECT_THROW(quantize_int8(q), Error);
+  PairMatrix tiny(20, 3, 6);
+  EXPECT_EQ(quantize_int8(tiny.w).dtype, DType::BF16);
+}
+
+TEST(Gemm, Int8PairPanelsMatchExactOnEveryBackend) {
+  std::vector<GemmBackend> backends{GemmBackend::Reference};
+  if (has_avx512bf16()) backends.push_back(GemmBackend::Avx512Bf16);
+  int checked = 0;
+  for (GemmBackend b : backends)
+    for (bool acc : {false, true})
+      for (int m : {1, 2, 3, 5, 8, 9, 12, 13, 16, 17, 70, 200})
+        for (auto [n, k] : std::vector<std::pair<int, int>>{{7, 33}, {29, 64}, {16 * 9 + 5, 1030}, {64, 601}, {50, 4}}) {
+          PairMatrix pm(n, k, uint32_t(m * 131 + n * 7 + k));
+          const WeightMatrix q = quantize_int8(pm.w);
+          ASSERT_EQ(q.dtype, DType::I8);
+          std::mt19937 rng(uint32_t(m + n + k));
+          std::normal_distribution<float> nd;
+          const int ldx = k + 3, ldy = n + 7;
+          std::vector<float> x(size_t(m) * ldx), y(size_t(m) * ldy), init(y.size());
+          for (auto& v : x) v = nd(rng);
+          for (auto& v : init) v = nd(rng);
+          if (acc) y = init;
+          set_gemm_backend(b);
+          gemm(x.data(), m, ldx, q, y.data(), ldy, acc);
+          set_gemm_backend(GemmBackend::Auto);
+          const bool bf16_x = b != GemmBackend::Reference;  // the AVX512-BF16 kernel rounds x to bf16
+          for (int i = 0; i < m; ++i)
+            for (int j = 0; j < n; ++j) {
+              double want = acc ? init[size_t(i * ldy + j)] : 0.0;
+              for (int c = 0; c < k; ++c) {
+                const float xv = bf16_x ? bf16_to_f32(f32_to_bf16(x[size_t(i * ldx + c)])) : x[size_t(i * ldx + c)];
+                want += double(xv) * double(weight_at(q, j, c));
+              }
+              ASSERT_NEAR(y[size_t(i * ldy + j)], want, 1e-5 * std::sqrt(double(k)) * 4 + 1e-5 * std::abs(want))
+                  << gemm_backend_name(b) << " m=" << m << " n=" << n << " k=" << k << " acc=" << acc << " at (" << i << "," << j << ")";
+              ++checked;
+            }
+        }
+  EXPECT_GT(checked, 0);
 }
 
 TEST(Gemm, OneDnnBf16IsExactOrRefusedClearly) {

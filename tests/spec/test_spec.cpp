@@ -10,6 +10,7 @@
 #include "../data/test_util.h"
 #include "core/error.h"
 #include "fixtures.h"
+#include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "model/forward.h"
 #include "runtime/generate.h"
@@ -87,6 +88,9 @@ TEST(SpecConfig, ErrorsNameTheField) {
       {R"({"model": ")" + d + R"(", "dspark_sps_curve": "auto"})", "needs 'enable_adaptive_verification': true"},
       {R"({"model": ")" + d + R"(", "enable_adaptive_verification": true, "dspark_confidence_threshold": 0.5})", "exclude each other"},
       {R"({"method": "eagle3", "model": ")" + d + R"(", "enable_adaptive_verification": true})", "'enable_adaptive_verification' applies only"},
+      {R"({"model": ")" + d + R"(", "quantization": "fp8"})", "field 'quantization' is 'fp8'"},
+      {R"({"model": ")" + d + R"(", "quantization": 8})", "field 'quantization' must be a string"},
+      {R"({"method": "ngram", "num_speculative_tokens": 3, "quantization": "int8"})", "'quantization' does not apply to method ngram"},
   };
   for (const auto& c : cases) {
     const std::string msg = error_of([&] { SpecConfig::parse(c.json); });
@@ -103,6 +107,25 @@ TEST(SpecConfig, ErrorsNameTheField) {
       load_drafter(sc, *target, DType::F32);
     });
     EXPECT_NE(msg.find(c.fragment), std::string::npos) << c.json << "\n  -> " << msg;
+  }
+  // int8 drafter weights are made from bf16 ones (here the run is f32), on the AVX512-BF16 backend.
+  const std::string q8 = R"({"model": ")" + d + R"(", "quantization": "int8"})";
+  EXPECT_EQ(SpecConfig::parse(q8).quantization, "int8");
+  EXPECT_TRUE(SpecConfig::parse(R"({"model": ")" + d + R"(", "quantization": null})").quantization.empty());
+  std::string qmsg = error_of([&] {
+    SpecConfig sc = SpecConfig::parse(q8);
+    load_drafter(sc, *target, DType::F32);
+  });
+  EXPECT_NE(qmsg.find("field 'quantization' int8 quantizes bf16 drafter weights; this run loads F32"), std::string::npos) << qmsg;
+  if (gemm_backend_available(GemmBackend::Avx2)) {
+    set_gemm_backend(GemmBackend::Avx2);
+    qmsg = error_of([&] {
+      SpecConfig sc = SpecConfig::parse(q8);
+      load_drafter(sc, *target, DType::BF16);
+    });
+    set_gemm_backend(GemmBackend::Auto);
+    EXPECT_NE(qmsg.find("needs the avx512bf16 matrix backend (a CPU with AVX512-BF16); this run uses avx2"), std::string::npos)
+        << qmsg;
   }
   // A threshold needs a confidence head.
   DrafterSpec nc = s;
@@ -303,6 +326,46 @@ Draft propose_once(Harness& h, Drafter& d, const std::vector<int32_t>& prompt, i
   d.end(dseq);
   h.kv->free_sequence(seq);
   return draft;
+}
+
+// "quantization": "int8" rounds the drafter's own matrices (never the target's) to int8 with a scale
+// per row: its q moves a little from the bf16 drafter's, and every kind of drafter still loads and
+// proposes. (Losslessness with int8 drafters: SpecLossless.SampledOutputFollowsTheTargetDistribution.)
+TEST(Int8Drafter, ProposalsStayCloseToTheBf16Drafters) {
+  if (!gemm_backend_available(GemmBackend::Avx512Bf16)) {
+    // Refused with the backend named (SpecConfig.ErrorsNameTheField); nothing to compare here.
+    SUCCEED() << "int8 drafter weights need AVX512-BF16";
+    return;
+  }
+  Harness h("int8", 300, 9, 0.3f);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 23; ++i) prompt.push_back((i * 13 + 3) % 97);
+  for (const std::string kind : {"dspark", "dspark-reduced", "dflash", "eagle3", "eagle3-2l"}) {
+    DrafterSpec s;
+    s.std = 0.5f;
+    const std::string dir = h.drafter(kind, s);
+    SpecConfig plain_cfg = config_for(kind, dir, 3, true, false, 0), q8_cfg = plain_cfg;
+    q8_cfg.quantization = "int8";
+    auto bf = load_drafter(plain_cfg, *h.target, DType::BF16);
+    auto q8 = load_drafter(q8_cfg, *h.target, DType::BF16);
+    const int rows = kind == "dflash" ? 3 : 1;  // later DSpark / EAGLE-3 drafts follow the drawn tokens
+    const Draft a = propose_once(h, *bf, prompt, 7, 3, true), b = propose_once(h, *q8, prompt, 7, 3, true);
+    ASSERT_EQ(a.q.size(), b.q.size()) << kind;
+    for (int r = 0; r < rows; ++r) {
+      double worst = 0, mass = 0;
+      for (int v = 0; v < h.cfg.vocab_size; ++v) {
+        worst = std::max(worst, std::abs(double(a.q_row(r)[v]) - double(b.q_row(r)[v])));
+        mass += b.q_row(r)[v];
+      }
+      EXPECT_NEAR(mass, 1.0, 1e-3) << kind;
+      EXPECT_GT(worst, 0.0) << kind << ": the int8 drafter proposes exactly what the bf16 one does (nothing quantized?)";
+      EXPECT_LT(worst, 0.05) << kind << " draft " << r << " worst " << worst;
+    }
+    if (kind == "dspark") {
+      ASSERT_EQ(a.confidence.size(), b.confidence.size());
+      EXPECT_NEAR(a.confidence[0], b.confidence[0], 0.02);
+    }
+  }
 }
 
 // A drafter with a draft vocabulary is the full one restricted to the kept ids: its greedy pick
@@ -612,6 +675,7 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
     bool probabilistic, block;
     float thr;
     bool scheduler = false;  // the prefix scheduler on a fixed curve instead of a threshold
+    bool int8 = false;       // the drafter loaded in bf16 with "quantization": "int8"
   };
   std::vector<Case> cases;
   for (bool probabilistic : {false, true})
@@ -628,6 +692,11 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
   cases.push_back({"dspark-reduced-head", true, false, 0.45f});
   cases.push_back({"dflash-reduced-head", true, true, 0});
   cases.push_back({"ngram", false, true, 0});
+  if (gemm_backend_available(GemmBackend::Avx512Bf16)) {  // drafters with int8 weights (bf16 drafter, f32 target)
+    cases.push_back({"dspark", true, true, 0, false, true});
+    cases.push_back({"dspark", true, false, 0.45f, false, true});
+    cases.push_back({"eagle3", true, true, 0, false, true});
+  }
   for (const Case& c : cases) {
     DrafterSpec s;
     s.std = 0.6f;
@@ -637,11 +706,12 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
       sc.adaptive_verification = true;
       sc.sps_curve = {1.0, 0.8, 0.7, 0.6};  // lengths 1 to 3 depending on the confidences
     }
-    auto drafter = load_drafter(sc, *h.target, DType::F32);
+    if (c.int8) sc.quantization = "int8";
+    auto drafter = load_drafter(sc, *h.target, c.int8 ? DType::BF16 : DType::F32);
     auto policy = make_verify_policy(sc, *h.target, DType::F32);
     SpecMetrics m;
     const ChiSquare cs = sampled_fit(h, *drafter, sc, *policy, sp, exact, n_tokens, runs, &m);
-    EXPECT_GT(cs.p_value, 0.001) << c.kind << (c.probabilistic ? " probabilistic" : " greedy-draft")
+    EXPECT_GT(cs.p_value, 0.001) << c.kind << (c.int8 ? " int8" : "") << (c.probabilistic ? " probabilistic" : " greedy-draft")
                                  << (c.block ? " block" : " standard") << " thr " << c.thr
                                  << (c.scheduler ? " scheduler" : "") << ": chi2 " << cs.statistic << " dof " << cs.dof;
     if (c.scheduler) {

@@ -202,6 +202,18 @@ def main():
         last = logs[m][-1] if logs[m] else {}
         train_lines.append(f"| {m} | {depth(cfgs[m])} | {steps[m] or '-'} | {train_precision(w, m)} | {last.get('loss', float('nan')):.4f} | "
                            f"{times.get(m, float('nan')):.0f} s |")
+    # The script's settings this run differed in (its defaults: the three methods, 800 / 260 steps,
+    # every held-out prompt at T=1), so the card's command reproduces this run.
+    env = []
+    if steps.get("dspark") and steps["dspark"] != 800:
+        env.append(f"STEPS={steps['dspark']}")
+    if steps.get("eagle3") and steps["eagle3"] != 260:
+        env.append(f"EAGLE3_STEPS={steps['eagle3']}")
+    if METHODS != ["dspark", "dflash", "eagle3"]:
+        env.append('METHODS="' + " ".join(METHODS) + '"')
+    if not all_md:
+        env.append("ALL_PROMPTS_T1=0")
+    reproduce = " ".join(env + ["scripts/train-demo-drafters.sh WORK models/demo CORPUS"])
     if len(set(steps.values())) == 1:
         train_heading = "Training (same data, steps, batch, anchors and depth for every method)"
     else:
@@ -259,8 +271,11 @@ build/dspark generate --model models/demo --chat --prompt "..." \\
   --speculative-config '{"model": "models/demo-dspark", "method": "dspark", "num_speculative_tokens": 8, "draft_sample_method": "probabilistic", "rejection_sample_method": "block"}'
 ```
 
+On a CPU with AVX512-BF16, `"quantization": "int8"` in that JSON runs the drafter's matrices in int8
+(as `make demo` does there); the target, and so the output, stay as they are.
+
 Reproduce (training took """ + ", ".join(f"{times[m] / 60:.0f} min for {m}" for m in METHODS if m in times) + """
-on 2 cores, after the target): `scripts/train-demo-drafters.sh WORK models/demo CORPUS`""" + (" (this directory is\n`WORK/dspark_vocab/drafter`)" if vocab else "") + """, then
+on 2 cores, after the target): `""" + reproduce + """`""" + (" (this directory is\n`WORK/dspark_vocab/drafter`)" if vocab else "") + """, then
 `scripts/make_drafter_card.py --work WORK --card models/demo-dspark/README.md --docs docs/drafters.md
 --loss-svg models/demo-dspark/loss.svg --notes NOTES.md`.
 

@@ -158,7 +158,8 @@ def main():
             if (m, temp) in acc:
                 parts.append(f"DSpark / {name} = {acc[('dspark', temp)] / acc[(m, temp)]:.3f} (goal {goal})")
             else:
-                parts.append(f"DSpark / {name}: not measured ({name} was not trained in this run)")
+                parts.append(f"DSpark / {name}: not measured ({name} was not trained in this run; "
+                             "the equal-budget comparison is docs/drafters.md)")
         ratios.append(f"- T={temp}: " + ", ".join(parts))
 
     # Every held-out prompt at T=1 (the paper's protocol temperature), when the run has it.
@@ -214,7 +215,9 @@ def main():
     if not all_md:
         env.append("ALL_PROMPTS_T1=0")
     reproduce = " ".join(env + ["scripts/train-demo-drafters.sh WORK models/demo CORPUS"])
-    if len(set(steps.values())) == 1:
+    if len(METHODS) == 1:
+        train_heading = "Training"
+    elif len(set(steps.values())) == 1:
         train_heading = "Training (same data, steps, batch, anchors and depth for every method)"
     else:
         train_heading = ("Training (same data, batch, anchors and depth; steps per method below: EAGLE-3's "

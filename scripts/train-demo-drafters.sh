@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Reproduces the demo drafters for the demo target, the equal-budget comparison of docs/drafters.md
 # with its defaults (DSpark, DFlash and EAGLE-3), and models/demo-dspark with STEPS=2400
-# METHODS=dspark ALL_PROMPTS_T1=0 (the same recipe, three times the steps): response regeneration -> hidden-state extraction -> three drafters trained on the same data
-# with the same budget and depth -> STS calibration of the DSpark drafter -> per-domain benchmarks
+# METHODS=dspark ALL_PROMPTS_T1=0 (the same recipe, three times the steps). Stages: response
+# regeneration -> hidden-state extraction -> drafters trained on the same data with the same budget
+# and depth -> STS calibration of the DSpark drafter -> per-domain benchmarks
 # (every drafter verifying full blocks, and DSpark with the prefix scheduler) -> f32 exactness.
 #
 #   scripts/train-demo-drafters.sh [WORK_DIR] [TARGET_DIR] [CORPUS_DIR]

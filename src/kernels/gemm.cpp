@@ -84,11 +84,6 @@ WeightMatrix pack_panels(const WeightMatrix& w, void* dst, bool pairs) {
   return v;
 }
 
-size_t int8_panel_bytes(int64_t n, int64_t k) {
-  const int64_t np = (n + kPanelRows - 1) / kPanelRows;
-  return size_t(np * kPanelRows * panel_k(k)) + size_t(np * kPanelRows) * 4;
-}
-
 WeightMatrix quantize_int8(const WeightMatrix& w) {
   if (w.dtype != DType::BF16 || !w.panels || !w.pairs) fail("internal: quantize_int8 takes bf16 weights in pair panels");
   if (w.k < 4) return w;  // too few columns for the scales to fit in the freed half

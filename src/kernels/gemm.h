@@ -60,8 +60,6 @@ WeightMatrix pack_panels(const WeightMatrix& w, void* dst);
 // the I8 view. Needs a whole matrix (not a row view) in bf16 pair panels with k >= 4 (smaller
 // matrices are returned unchanged).
 WeightMatrix quantize_int8(const WeightMatrix& w);
-// Bytes of the int8 panels and scales of an n x k matrix (within panel_bytes(n, k) for k >= 4).
-size_t int8_panel_bytes(int64_t n, int64_t k);
 
 // The value of element (r, c) of `w` whatever its layout (tests and the reference backend).
 float weight_at(const WeightMatrix& w, int64_t r, int64_t c);

@@ -8,7 +8,7 @@
 
 #include "kernels/ops.h"
 #include "sample/sampler.h"
-#include "spec/verify.h"
+#include "spec_decode/verify.h"
 
 namespace dspark {
 namespace {

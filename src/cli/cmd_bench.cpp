@@ -17,8 +17,8 @@
 #include "runtime/generate.h"
 #include "runtime/spec_generate.h"
 #include "runtime/step_profile.h"
-#include "spec/drafter.h"
-#include "spec/length_policy.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/length_policy.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {

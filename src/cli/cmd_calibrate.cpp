@@ -11,9 +11,9 @@
 #include "core/mmap_file.h"
 #include "model/forward.h"
 #include "runtime/spec_generate.h"
-#include "spec/calibration.h"
-#include "spec/drafter.h"
-#include "spec/length_policy.h"
+#include "spec_decode/calibration.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/length_policy.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {

@@ -15,7 +15,7 @@
 #include "datagen/hidden_dataset.h"
 #include "datagen/prompts.h"
 #include "datagen/regenerate.h"
-#include "spec/drafter_config.h"
+#include "spec_decode/drafter_config.h"
 
 namespace dspark {
 

@@ -10,7 +10,7 @@
 #include "cli/common.h"
 #include "core/error.h"
 #include "datagen/regen_file.h"
-#include "spec/draft_vocab.h"
+#include "spec_decode/draft_vocab.h"
 
 namespace dspark {
 

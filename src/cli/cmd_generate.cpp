@@ -11,8 +11,8 @@
 #include "model/forward.h"
 #include "runtime/generate.h"
 #include "runtime/spec_generate.h"
-#include "spec/drafter.h"
-#include "spec/length_policy.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/length_policy.h"
 
 namespace dspark {
 

@@ -5,8 +5,8 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "runtime/step_profile.h"
-#include "spec/prefix_scheduler.h"
-#include "spec/verify.h"
+#include "spec_decode/prefix_scheduler.h"
+#include "spec_decode/verify.h"
 
 namespace dspark {
 

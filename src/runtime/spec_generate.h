@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "runtime/generate.h"
-#include "spec/calibration.h"
-#include "spec/drafter.h"
-#include "spec/length_policy.h"
-#include "spec/spec_config.h"
+#include "spec_decode/calibration.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/length_policy.h"
+#include "spec_decode/spec_config.h"
 
 namespace dspark {
 

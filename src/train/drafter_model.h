@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "spec/drafter_config.h"
+#include "spec_decode/drafter_config.h"
 #include "train/qwen3_model.h"
 
 namespace dspark::train {

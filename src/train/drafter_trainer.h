@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "datagen/hidden_dataset.h"
-#include "spec/spec_config.h"
+#include "spec_decode/spec_config.h"
 
 namespace dspark::train {
 

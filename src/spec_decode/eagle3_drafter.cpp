@@ -15,7 +15,7 @@
 #include "kernels/ops.h"
 #include "model/kv_cache.h"
 #include "model/layer.h"
-#include "spec/drafters.h"
+#include "spec_decode/drafters.h"
 
 namespace dspark {
 

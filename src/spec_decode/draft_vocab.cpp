@@ -1,4 +1,4 @@
-#include "spec/draft_vocab.h"
+#include "spec_decode/draft_vocab.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -9,8 +9,8 @@
 #include "core/mmap_file.h"
 #include "core/safetensors.h"
 #include "kernels/gemm.h"
-#include "spec/drafter_config.h"
-#include "spec/drafters.h"
+#include "spec_decode/drafter_config.h"
+#include "spec_decode/drafters.h"
 
 namespace dspark {
 

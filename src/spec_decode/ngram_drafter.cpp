@@ -2,7 +2,7 @@
 // down to min) in the sequence so far and propose the tokens that followed it. No model.
 #include <unordered_map>
 
-#include "spec/drafters.h"
+#include "spec_decode/drafters.h"
 
 namespace dspark {
 

@@ -16,11 +16,11 @@
 #include "runtime/generate.h"
 #include "runtime/spec_generate.h"
 #include "sample/sampler.h"
-#include "spec/draft_vocab.h"
-#include "spec/drafter.h"
-#include "spec/drafters.h"
-#include "spec/prefix_scheduler.h"
-#include "spec/verify.h"
+#include "spec_decode/draft_vocab.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/drafters.h"
+#include "spec_decode/prefix_scheduler.h"
+#include "spec_decode/verify.h"
 #include "stats.h"
 
 namespace dspark {

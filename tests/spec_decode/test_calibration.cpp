@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "sample/rng.h"
-#include "spec/calibration.h"
+#include "spec_decode/calibration.h"
 
 namespace dspark {
 namespace {

@@ -4,9 +4,9 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "kernels/gemm.h"
-#include "spec/dflash_backbone.h"
-#include "spec/drafter.h"
-#include "spec/drafters.h"
+#include "spec_decode/dflash_backbone.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/drafters.h"
 
 namespace dspark {
 

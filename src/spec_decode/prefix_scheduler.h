@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "spec/length_policy.h"
+#include "spec_decode/length_policy.h"
 
 namespace dspark {
 

@@ -7,7 +7,7 @@
 
 #include <span>
 
-#include "spec/drafter.h"
+#include "spec_decode/drafter.h"
 
 namespace dspark {
 

@@ -9,7 +9,7 @@
 
 #include "model/model.h"
 #include "sample/sampler.h"
-#include "spec/spec_config.h"
+#include "spec_decode/spec_config.h"
 
 namespace dspark {
 

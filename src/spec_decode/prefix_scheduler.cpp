@@ -1,4 +1,4 @@
-#include "spec/prefix_scheduler.h"
+#include "spec_decode/prefix_scheduler.h"
 
 #include <algorithm>
 #include <tuple>

@@ -1,4 +1,4 @@
-#include "spec/spec_config.h"
+#include "spec_decode/spec_config.h"
 
 #include <filesystem>
 #include <nlohmann/json.hpp>

@@ -1,4 +1,4 @@
-#include "spec/calibration.h"
+#include "spec_decode/calibration.h"
 
 #include <algorithm>
 #include <cmath>

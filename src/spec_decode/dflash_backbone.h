@@ -13,8 +13,8 @@
 #include "model/layer.h"
 #include "model/model.h"
 #include "model/weight_source.h"
-#include "spec/drafter.h"
-#include "spec/drafter_config.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/drafter_config.h"
 
 namespace dspark {
 

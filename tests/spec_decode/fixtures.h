@@ -12,7 +12,7 @@
 
 #include "core/safetensors.h"
 #include "model/model.h"
-#include "spec/drafter_config.h"
+#include "spec_decode/drafter_config.h"
 
 namespace dspark::testing {
 

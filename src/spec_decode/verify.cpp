@@ -1,4 +1,4 @@
-#include "spec/verify.h"
+#include "spec_decode/verify.h"
 
 #include <algorithm>
 #include <cmath>

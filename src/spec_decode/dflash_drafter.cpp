@@ -3,8 +3,8 @@
 #include "core/error.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
-#include "spec/dflash_backbone.h"
-#include "spec/drafters.h"
+#include "spec_decode/dflash_backbone.h"
+#include "spec_decode/drafters.h"
 
 namespace dspark {
 

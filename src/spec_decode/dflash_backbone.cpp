@@ -1,4 +1,4 @@
-#include "spec/dflash_backbone.h"
+#include "spec_decode/dflash_backbone.h"
 
 #include <cstring>
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/config.h"
-#include "spec/spec_config.h"
+#include "spec_decode/spec_config.h"
 
 namespace dspark {
 

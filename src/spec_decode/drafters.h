@@ -7,8 +7,8 @@
 
 #include "core/safetensors.h"
 #include "model/model.h"
-#include "spec/drafter.h"
-#include "spec/drafter_config.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/drafter_config.h"
 
 namespace dspark {
 

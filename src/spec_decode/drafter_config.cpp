@@ -1,4 +1,4 @@
-#include "spec/drafter_config.h"
+#include "spec_decode/drafter_config.h"
 
 #include <filesystem>
 

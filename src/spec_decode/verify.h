@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "sample/rng.h"
-#include "spec/spec_config.h"
+#include "spec_decode/spec_config.h"
 
 namespace dspark {
 

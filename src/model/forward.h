@@ -63,6 +63,7 @@ class Forward {
 
   const Model& model() const { return model_; }
   KvCache& kv() { return kv_; }
+  const KvCache& kv() const { return kv_; }
 
  private:
   void ensure_capacity(int n, int n_out, int n_taps);

@@ -10,6 +10,7 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, DType dtype, int64_
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), dtype_(dtype) {
   if (dtype != DType::F32 && dtype != DType::BF16) fail("KV cache dtype must be F32 or BF16");
   if (max_tokens <= 0) fail("KV cache needs room for at least one token");
+  if (max_tokens > int64_t(1) << 32) fail("KV cache of ", max_tokens, " tokens is too large (at most 2^32)");
   num_blocks_ = int((max_tokens + kKvBlock - 1) / kKvBlock);
   layer_bytes_ = int64_t(num_blocks_) * n_kv_heads * head_dim * kKvBlock * int64_t(dtype_size(dtype));
   storage_ = HugeBuffer(size_t(layer_bytes_) * 2 * size_t(n_layers));
@@ -83,6 +84,10 @@ PagedKvLayer KvCache::layer(int l) const {
 
 int64_t KvCache::bytes_per_token() const {
   return int64_t(n_layers_) * 2 * n_kv_heads_ * head_dim_ * int64_t(dtype_size(dtype_));
+}
+
+int64_t KvCache::room_for(int seq) const {
+  return (int64_t(free_.size()) + int64_t(seq_ref(seq).blocks.size())) * kKvBlock;
 }
 
 }  // namespace dspark

@@ -31,6 +31,8 @@ class KvCache {
   DType dtype() const { return dtype_; }
   int free_blocks() const { return int(free_.size()); }
   int total_blocks() const { return num_blocks_; }
+  // Positions seq could hold at most: its own blocks and every free one.
+  int64_t room_for(int seq) const;
   int64_t bytes_per_token() const;  // K and V, all layers
 
  private:

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "runtime/context_limit.h"
 
 namespace dspark {
 
@@ -57,10 +58,18 @@ const float* prefill(Forward& fwd, int seq, std::span<const int32_t> prompt, int
   return last;
 }
 
+int output_budget(const Forward& fwd, int seq, size_t prompt_tokens, const GenerateParams& params) {
+  if (params.max_tokens < 0) fail("max_tokens must be >= 0, got ", params.max_tokens);
+  const int limit = resolve_max_model_len(fwd.model().config(), params.max_model_len);
+  const int64_t room = fwd.kv().room_for(seq);
+  check_prompt_length(int64_t(prompt_tokens), limit, room);
+  return generation_budget(int64_t(prompt_tokens), params.max_tokens, int(std::min<int64_t>(limit, room)));
+}
+
 GenerateResult generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TextCallback& on_text) {
   params.sampling.validate();
-  if (params.max_tokens < 0) fail("max_tokens must be >= 0");
+  const int max_tokens = output_budget(fwd, seq, prompt.size(), params);
   GenerateResult res;
   res.prompt_tokens = int(prompt.size());
   const int vocab = fwd.model().config().vocab_size;
@@ -83,7 +92,7 @@ GenerateResult generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<c
   Batch b;
   ForwardRequest req;
   int pos = int(prompt.size());
-  for (int step = 0; step < params.max_tokens && keep_going; ++step) {
+  for (int step = 0; step < max_tokens && keep_going; ++step) {
     const int32_t token = sampler.sample(logits, vocab, params.sampling, rng);
     res.tokens.push_back(token);
     if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) != params.stop_token_ids.end()) {
@@ -95,7 +104,7 @@ GenerateResult generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<c
       res.finish_reason = "stop";
       break;
     }
-    if (step + 1 == params.max_tokens) break;
+    if (step + 1 == max_tokens) break;
     b.clear();
     b.add(token, pos++, seq, true);
     logits = fwd.run(b, req).logits_row(0);

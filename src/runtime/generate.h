@@ -19,6 +19,9 @@ struct GenerateParams {
   std::vector<int32_t> stop_token_ids;  // generation ends after emitting one (it is not in the text)
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
   int prefill_chunk = 512;
+  // Prompt + output positions at most (vLLM's max_model_len); 0: the config's
+  // max_position_embeddings. Generation that reaches it ends with finish_reason "length".
+  int max_model_len = 0;
 };
 
 struct GenerateResult {
@@ -48,6 +51,11 @@ class StopStringFilter {
   std::string pending_;
   bool stopped_ = false;
 };
+
+// How many tokens generate() / spec_generate() may produce for `prompt` in `seq`: max_tokens cut
+// by the maximum model length and the KV room. Throws Error (giving the prompt's length and the
+// limit) when the prompt leaves no room, before any work is done.
+int output_budget(const Forward& fwd, int seq, size_t prompt_tokens, const GenerateParams& params);
 
 // Generates a completion of `prompt` in KV sequence `seq` (which must be empty).
 GenerateResult generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<const int32_t> prompt,

@@ -56,6 +56,11 @@ std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, c
   if (!spec.adaptive_verification) return std::make_unique<FullBlockPolicy>();
   std::vector<double> sps{0.0};
   if (!spec.sps_curve.empty()) {
+    const int K = spec.num_speculative_tokens;
+    if (K <= 0) fail("adaptive verification: the speculation length is not set");
+    if (spec.sps_curve.size() != size_t(K) + 1)
+      fail("speculative config: field 'dspark_sps_curve' has ", spec.sps_curve.size(), " entries but needs ", K + 1,
+           ": steps per second of a target step verifying 1..", K + 1, " tokens (num_speculative_tokens ", K, " + 1)");
     sps.insert(sps.end(), spec.sps_curve.begin(), spec.sps_curve.end());
     return std::make_unique<PrefixScheduler>(std::move(sps));
   }
@@ -80,8 +85,7 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
                              const GenerateParams& params, Drafter& drafter, const SpecConfig& spec,
                              VerifyLengthPolicy& policy, SpecMetrics& m, const TextCallback& on_text) {
   params.sampling.validate();
-  if (params.max_tokens < 0) fail("max_tokens must be >= 0");
-  if (prompt.empty()) fail("the prompt is empty");
+  const int max_tokens = output_budget(fwd, seq, prompt.size(), params);
   const ModelConfig& c = fwd.model().config();
   const int V = c.vocab_size;
   const int K = spec.num_speculative_tokens;
@@ -147,9 +151,9 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
       res.finish_reason = "stop";
       return false;
     }
-    return keep_going && int(res.tokens.size()) < params.max_tokens;
+    return keep_going && int(res.tokens.size()) < max_tokens;
   };
-  if (params.max_tokens == 0 || !emit(anchor)) {
+  if (max_tokens == 0 || !emit(anchor)) {
     if (!stops.stopped()) emit_text(stops.push(decoder.flush()) + stops.flush());
     res.decode_seconds = now_seconds() - decode_start;
     drafter.end(dseq);
@@ -159,7 +163,7 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
   while (!done) {
     // 1. Draft.
     double t = now_seconds();
-    const int want = std::min(K, params.max_tokens - int(res.tokens.size()));
+    const int want = std::min(K, max_tokens - int(res.tokens.size()));
     drafter.propose(dseq, anchor, pos, want, ds, draft);
     m.proposed += int64_t(draft.tokens.size());
     const Draft* dp = &draft;

@@ -1,11 +1,14 @@
 #include "runtime/step_profile.h"
 
+#include <unistd.h>
+
 #include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
 
+#include "core/error.h"
 #include "core/buffer.h"
 #include "core/cpu.h"
 #include "core/thread_pool.h"
@@ -72,8 +75,35 @@ uint64_t read_range(const uint8_t* p, size_t n) {
 
 }  // namespace
 
+int64_t step_profile_bytes(const ModelConfig& c, const StepProfileOptions& opt, int prefill_tokens) {
+  auto max_of = [](const std::vector<int>& v) { return v.empty() ? 0 : int64_t(*std::max_element(v.begin(), v.end())); };
+  const int64_t max_ctx = max_of(opt.contexts), max_b = max_of(opt.batches), max_t = max_of(opt.tokens);
+  const int64_t kv_token = int64_t(c.num_layers) * 2 * c.kv_dim() * int64_t(dtype_size(opt.kv_dtype));
+  // Per batch row: logits, the residual stream and the widest layer activations (f32).
+  const int64_t row = 4 * (int64_t(c.vocab_size) + 4 * int64_t(c.hidden_size) + 2 * int64_t(c.intermediate_size) +
+                           c.q_dim() + 2 * c.kv_dim());
+  const int64_t steps = max_b * (max_ctx + max_t + kKvBlock) * kv_token + max_b * max_t * row;
+  const int64_t prefill = prefill_tokens > 0 ? (prefill_tokens + kKvBlock) * kv_token + 512 * row : 0;
+  return std::max(steps, prefill);
+}
+
+void check_step_profile(const ModelConfig& c, const StepProfileOptions& opt, int prefill_tokens) {
+  if (opt.contexts.empty() || opt.batches.empty() || opt.tokens.empty()) fail("step profile: contexts, batches and tokens must not be empty");
+  for (const auto* v : {&opt.contexts, &opt.batches, &opt.tokens})
+    for (int x : *v)
+      if (x < 1) fail("step profile: contexts, batches and tokens must be >= 1, got ", x);
+  if (opt.reps < 1) fail("step profile: reps must be >= 1, got ", opt.reps);
+  const int64_t need = step_profile_bytes(c, opt, prefill_tokens);
+  const int64_t have = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  if (have > 0 && need > have * 9 / 10)
+    fail("step profile: the largest point needs ", double(need) / double(1 << 30), " GiB of KV cache and activations (",
+         "max batch x (max context + max tokens) positions), more than the ", double(have) / double(1 << 30),
+         " GiB of memory of this machine; lower --contexts or --batches");
+}
+
 std::vector<StepPoint> profile_steps(const Model& model, const StepProfileOptions& opt) {
   const ModelConfig& c = model.config();
+  check_step_profile(c, opt, 0);
   const int max_ctx = *std::max_element(opt.contexts.begin(), opt.contexts.end());
   const int max_b = *std::max_element(opt.batches.begin(), opt.batches.end());
   const int max_t = *std::max_element(opt.tokens.begin(), opt.tokens.end());

@@ -23,6 +23,13 @@ struct StepProfileOptions {
   DType kv_dtype = DType::BF16;
 };
 
+// Memory that profile_steps (and profile_prefill of `prefill_tokens`, 0: none) will need: KV cache
+// and activations, in bytes.
+int64_t step_profile_bytes(const ModelConfig& c, const StepProfileOptions& opt, int prefill_tokens);
+// Refuses, before any allocation, options that profile_steps cannot run: empty lists, values
+// below 1, or more memory than this machine has (the message gives the size).
+void check_step_profile(const ModelConfig& c, const StepProfileOptions& opt, int prefill_tokens);
+
 // Times one forward per (context, batch, tokens) point; every row gets logits, as in
 // verification. Cache contents are filled with random values so reads hit real memory.
 std::vector<StepPoint> profile_steps(const Model& model, const StepProfileOptions& opt);

@@ -143,6 +143,9 @@ DrafterConfig DrafterConfig::load(const std::string& dir) {
     if (c.block_size < 1 || c.block_size > 64) fail(path, ": field 'block_size' must be between 1 and 64, got ", c.block_size);
     if (c.method == SpecMethod::DFlash && c.block_size < 2) fail(path, ": field 'block_size' must be at least 2 for DFlash");
     if (c.mask_token_id < 0) fail(path, ": field 'mask_token_id' must be >= 0");
+    if (!c.sts_temperatures.empty() && c.sts_temperatures.size() != size_t(c.block_size))
+      fail(path, ": field 'sts_temperatures' has ", c.sts_temperatures.size(), " entries but the block has ", c.block_size,
+           " draft positions (block_size); recalibrate with dspark calibrate");
   }
   if (c.target_layer_ids.empty()) fail(path, ": the drafter names no target layers");
   if (c.draft_vocab_size < 0) fail(path, ": field 'draft_vocab_size' must be >= 0, got ", c.draft_vocab_size);

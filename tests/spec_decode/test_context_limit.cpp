@@ -1,0 +1,170 @@
+// The engine's one length rule (runtime/context_limit.h): prompt + output never exceed the
+// maximum model length, plain and speculative alike; a prompt that leaves no room is refused
+// before any work. Also the speculative settings whose length must match the block.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "../data/test_util.h"
+#include "core/error.h"
+#include "fixtures.h"
+#include "model/forward.h"
+#include "runtime/context_limit.h"
+#include "runtime/generate.h"
+#include "runtime/spec_generate.h"
+
+namespace dspark {
+namespace {
+
+using namespace dspark::testing;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+struct LengthRig {
+  fs::path dir = temp_dir("ctxlimit");
+  ModelConfig cfg = tiny_target(300);
+  std::unique_ptr<Model> target = Model::build(cfg, *random_source(5, 0.3f), LoadOptions{DType::F32});
+  std::unique_ptr<Tokenizer> tok;
+  KvCache kv{cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, DType::F32, 1 << 12};
+  Forward fwd{*target, kv};
+  std::string drafter = (dir / "dspark").string();
+
+  LengthRig() {
+    std::ofstream(dir / "tokenizer.json") << tiny_tokenizer_json();
+    tok = Tokenizer::from_file((dir / "tokenizer.json").string());
+    DrafterSpec s;
+    s.block = 4;
+    write_dspark(drafter, cfg, s);
+  }
+  ~LengthRig() { fs::remove_all(dir); }
+
+  GenerateResult run(const std::vector<int32_t>& prompt, const GenerateParams& gp, bool speculative) {
+    const int seq = kv.create_sequence();
+    GenerateResult r;
+    try {
+      if (!speculative) {
+        r = generate(fwd, seq, *tok, prompt, gp);
+      } else {
+        SpecConfig sc = SpecConfig::parse(R"({"model": ")" + drafter + R"(", "num_speculative_tokens": 4})");
+        auto d = load_drafter(sc, *target, DType::F32);
+        FullBlockPolicy full;
+        SpecMetrics m;
+        r = spec_generate(fwd, seq, *tok, prompt, gp, *d, sc, full, m);
+      }
+    } catch (...) {
+      kv.free_sequence(seq);
+      throw;
+    }
+    kv.free_sequence(seq);
+    return r;
+  }
+};
+
+std::vector<int32_t> prompt_of(int n) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < n; ++i) p.push_back((i * 7 + 3) % 250);
+  return p;
+}
+
+TEST(ContextLimit, GenerationEndsWithLengthAtTheMaximumModelLength) {
+  LengthRig s;
+  GenerateParams gp;
+  gp.max_tokens = 100;
+  gp.max_model_len = 23;
+  const auto prompt = prompt_of(10);
+  for (bool speculative : {false, true}) {
+    const GenerateResult r = s.run(prompt, gp, speculative);
+    EXPECT_EQ(r.tokens.size(), 13u) << (speculative ? "speculative" : "plain") << ": prompt + output must be 23";
+    EXPECT_EQ(r.finish_reason, "length");
+  }
+  // The cut output is a prefix of the uncut one (f32 greedy: speculative equals plain).
+  gp.max_model_len = 0;  // the config's 4096
+  const GenerateResult whole = s.run(prompt, gp, false);
+  ASSERT_EQ(whole.tokens.size(), 100u);
+  gp.max_model_len = 23;
+  const GenerateResult cut = s.run(prompt, gp, true);
+  EXPECT_TRUE(std::equal(cut.tokens.begin(), cut.tokens.end(), whole.tokens.begin()));
+  // max_tokens below the room left is what limits.
+  gp.max_tokens = 5;
+  EXPECT_EQ(s.run(prompt, gp, true).tokens.size(), 5u);
+}
+
+TEST(ContextLimit, PromptWithoutRoomIsRefusedBeforeAnyWork) {
+  LengthRig s;
+  GenerateParams gp;
+  gp.max_model_len = 16;
+  for (bool speculative : {false, true}) {
+    for (int n : {16, 17, 5000}) {
+      const std::string msg = error_of([&] { s.run(prompt_of(n), gp, speculative); });
+      EXPECT_NE(msg.find("the prompt has " + std::to_string(n) + " tokens"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("maximum model length of 16"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(s.run(prompt_of(15), gp, speculative).tokens.size(), 1u) << "15 + 1 = 16 fits";
+  }
+  // The config's max_position_embeddings (4096) is the default; a longer max_model_len is refused.
+  gp.max_model_len = 0;
+  EXPECT_NE(error_of([&] { s.run(prompt_of(4096), gp, false); }).find("maximum model length of 4096"), std::string::npos);
+  gp.max_model_len = 5000;
+  EXPECT_NE(error_of([&] { s.run(prompt_of(3), gp, false); }).find("exceeds the model's max_position_embeddings 4096"),
+            std::string::npos);
+  // The KV cache's room counts too (4096 positions here, all free).
+  EXPECT_EQ(s.kv.room_for(s.kv.create_sequence()), 4096);
+}
+
+TEST(ContextLimit, RuleFunctions) {
+  ModelConfig c = tiny_target(300);
+  EXPECT_EQ(resolve_max_model_len(c, 0), 4096);
+  EXPECT_EQ(resolve_max_model_len(c, 100), 100);
+  EXPECT_NE(error_of([&] { resolve_max_model_len(c, -1); }).find("--max-model-len"), std::string::npos);
+  EXPECT_EQ(generation_budget(10, 100, 23), 13);
+  EXPECT_EQ(generation_budget(10, 5, 23), 5);
+  EXPECT_EQ(generation_budget(10, 0, 23), 0);
+  EXPECT_NO_THROW(check_prompt_length(22, 23));
+  EXPECT_THROW(check_prompt_length(23, 23), Error);
+  EXPECT_THROW(check_prompt_length(0, 23), Error);
+  EXPECT_NE(error_of([&] { check_prompt_length(10, 23, 10); }).find("KV cache holds 10 positions"), std::string::npos);
+}
+
+// dspark_sps_curve gives the step rate for 1..K+1 tokens: any other length is refused.
+TEST(SpecConfig, SpsCurveMustCoverEveryVerifyLength) {
+  LengthRig s;
+  for (const std::string curve : {"[1, 0.5]", "[1, 0.5, 0.34, 0.25, 0.2, 0.1]"}) {
+    SpecConfig sc = SpecConfig::parse(R"({"model": ")" + s.drafter +
+                                      R"(", "num_speculative_tokens": 4, "enable_adaptive_verification": true, "dspark_sps_curve": )" +
+                                      curve + "}");
+    load_drafter(sc, *s.target, DType::F32);
+    const std::string msg = error_of([&] { make_verify_policy(sc, *s.target, DType::F32); });
+    EXPECT_NE(msg.find("field 'dspark_sps_curve' has"), std::string::npos) << curve << " -> " << msg;
+    EXPECT_NE(msg.find("needs 5"), std::string::npos) << msg;
+  }
+  SpecConfig ok = SpecConfig::parse(R"({"model": ")" + s.drafter +
+                                    R"(", "num_speculative_tokens": 4, "enable_adaptive_verification": true, "dspark_sps_curve": [1, 0.5, 0.34, 0.25, 0.2]})");
+  load_drafter(ok, *s.target, DType::F32);
+  EXPECT_NO_THROW(make_verify_policy(ok, *s.target, DType::F32));
+}
+
+// sts_temperatures holds one temperature per draft position of the block.
+TEST(DrafterConfigErrors, StsTemperaturesMustMatchTheBlock) {
+  LengthRig s;
+  const std::string path = (fs::path(s.drafter) / "config.json").string();
+  json j = json::parse(std::ifstream(path));
+  for (const json& temps : {json::array({1.0, 1.1}), json::array({1.0, 1.1, 1.2, 1.3, 1.4})}) {
+    j["sts_temperatures"] = temps;
+    std::ofstream(path) << j.dump();
+    const std::string msg = error_of([&] { DrafterConfig::load(s.drafter); });
+    EXPECT_NE(msg.find("field 'sts_temperatures' has " + std::to_string(temps.size()) + " entries"), std::string::npos) << msg;
+  }
+  j["sts_temperatures"] = json::array({1.0, 1.1, 1.2, 1.3});
+  std::ofstream(path) << j.dump();
+  EXPECT_EQ(DrafterConfig::load(s.drafter).sts_temperatures.size(), 4u);
+}
+
+}  // namespace
+}  // namespace dspark

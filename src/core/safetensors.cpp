@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <unordered_set>
 
 #include "core/error.h"
 
@@ -34,6 +35,63 @@ static std::string shape_string(const std::vector<int64_t>& shape) {
   return v.shape_str();
 }
 
+namespace {
+
+// nlohmann::json keeps the last of duplicate keys without a word. In a header that hides a
+// tensor (or one of its fields) that still owns bytes of the data section, so duplicates are
+// found while parsing. `dup` receives the keys leading to the first duplicate (outermost first:
+// {tensor} for a repeated tensor name, {tensor, field} for a repeated field); empty if none.
+json parse_json_unique(const char* begin, const char* end, std::vector<std::string>* dup) {
+  struct Frame {
+    std::unordered_set<std::string> keys;
+    std::string last;
+  };
+  std::vector<Frame> stack;
+  dup->clear();
+  auto cb = [&](int, json::parse_event_t ev, json& parsed) {
+    if (ev == json::parse_event_t::object_start) {
+      stack.emplace_back();
+    } else if (ev == json::parse_event_t::object_end) {
+      if (!stack.empty()) stack.pop_back();
+    } else if (ev == json::parse_event_t::key && !stack.empty()) {
+      std::string key = parsed.get<std::string>();
+      if (!stack.back().keys.insert(key).second && dup->empty()) {
+        for (size_t i = 0; i + 1 < stack.size(); ++i) dup->push_back(stack[i].last);
+        dup->push_back(key);
+      }
+      stack.back().last = std::move(key);
+    }
+    return true;
+  };
+  return json::parse(begin, end, cb, /*allow_exceptions=*/false);
+}
+
+struct DataRange {
+  uint64_t begin, end;
+  std::string tensor;
+};
+
+std::string range_str(const DataRange& r) {
+  return "'" + r.tensor + "' (bytes " + std::to_string(r.begin) + ".." + std::to_string(r.end) + ")";
+}
+
+// Two tensors sharing bytes would alias each other's data: refused, naming both. Empty tensors
+// own no bytes and may sit anywhere.
+void check_no_overlap(std::vector<DataRange> ranges, const std::string& file) {
+  std::erase_if(ranges, [](const DataRange& r) { return r.begin == r.end; });
+  std::sort(ranges.begin(), ranges.end(), [](const DataRange& a, const DataRange& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  size_t furthest = 0;  // the range reaching furthest among those before i
+  for (size_t i = 1; i < ranges.size(); ++i) {
+    if (ranges[i].begin < ranges[furthest].end)
+      fail(file, ": the data of tensors ", range_str(ranges[furthest]), " and ", range_str(ranges[i]), " overlap");
+    if (ranges[i].end > ranges[furthest].end) furthest = i;
+  }
+}
+
+}  // namespace
+
 std::map<std::string, TensorView> parse_safetensors(const uint8_t* bytes, size_t size,
                                                     const std::string& file,
                                                     std::map<std::string, std::string>* metadata) {
@@ -45,14 +103,20 @@ std::map<std::string, TensorView> parse_safetensors(const uint8_t* bytes, size_t
          " (truncated file?)");
   if (header_len > (100u << 20)) fail(file, ": safetensors header of ", header_len, " bytes is too large");
   const char* hdr = reinterpret_cast<const char*>(bytes + 8);
-  json j = json::parse(hdr, hdr + header_len, nullptr, /*allow_exceptions=*/false);
+  std::vector<std::string> dup;
+  json j = parse_json_unique(hdr, hdr + header_len, &dup);
   if (j.is_discarded()) fail(file, ": malformed safetensors header (invalid JSON)");
   if (!j.is_object()) fail(file, ": malformed safetensors header (expected a JSON object)");
+  if (!dup.empty()) {
+    const std::string what = dup[0] == "__metadata__" ? std::string("__metadata__") : "tensor '" + dup[0] + "'";
+    if (dup.size() == 1) fail(file, ": ", what, " appears twice in the safetensors header");
+    fail(file, ": ", what, ": key '", dup.back(), "' appears twice in the safetensors header");
+  }
 
   const uint8_t* data = bytes + 8 + header_len;
   size_t data_size = size - 8 - size_t(header_len);
   std::map<std::string, TensorView> out;
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::vector<DataRange> ranges;
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& name = it.key();
     const json& e = it.value();
@@ -100,13 +164,10 @@ std::map<std::string, TensorView> parse_safetensors(const uint8_t* bytes, size_t
            " data bytes (truncated file?)");
     v.data = data + begin;
     v.nbytes = size_t(expected);
-    ranges.emplace_back(begin, end);
+    ranges.push_back({begin, end, name});
     out.emplace(name, std::move(v));
   }
-  std::sort(ranges.begin(), ranges.end());
-  for (size_t i = 1; i < ranges.size(); ++i)
-    if (ranges[i].first < ranges[i - 1].second && ranges[i].first != ranges[i].second)
-      fail(file, ": tensor data ranges overlap");
+  check_no_overlap(ranges, file);
   return out;
 }
 
@@ -133,8 +194,11 @@ std::unique_ptr<TensorStore> TensorStore::open_dir(const std::string& dir) {
   if (!fs::exists(index))
     fail(dir, ": no model.safetensors or model.safetensors.index.json in the model directory");
   std::string text = read_text_file(index.string());
-  json j = json::parse(text, nullptr, false);
+  std::vector<std::string> dup;
+  json j = parse_json_unique(text.data(), text.data() + text.size(), &dup);
   if (j.is_discarded() || !j.is_object()) fail(index.string(), ": malformed JSON");
+  if (dup.size() == 2 && dup[0] == "weight_map")
+    fail(index.string(), ": weight_map lists tensor '", dup[1], "' twice");
   auto wm = j.find("weight_map");
   if (wm == j.end() || !wm->is_object()) fail(index.string(), ": missing object field 'weight_map'");
   auto store = std::make_unique<TensorStore>();

@@ -25,7 +25,8 @@ struct TensorView {
 };
 
 // Parses a safetensors header. `bytes` is the whole file; `file` names it in errors.
-// Validates the header length, the JSON, every dtype, shape and offset range.
+// Validates the header length, the JSON, every dtype, shape and offset range. A tensor name (or a
+// key of an entry) given twice, and tensors whose data ranges overlap, are refused naming them.
 std::map<std::string, TensorView> parse_safetensors(const uint8_t* bytes, size_t size,
                                                     const std::string& file,
                                                     std::map<std::string, std::string>* metadata = nullptr);

@@ -15,6 +15,7 @@
 #include "datagen/progress.h"
 #include "datagen/regen_file.h"
 #include "model/forward.h"
+#include "runtime/context_limit.h"
 
 namespace dspark::datagen {
 
@@ -46,7 +47,7 @@ std::vector<int> speculators_ids(const std::vector<int>& ids) {
   return out;
 }
 
-json manifest_header(const Model& model, const std::string& regen_jsonl, int64_t source_records,
+json manifest_header(const Model& model, const std::string& regen_jsonl, const RegenFile& regen,
                      const HiddenOptions& opt) {
   const ModelConfig& c = model.config();
   const int L = c.num_layers;
@@ -60,7 +61,9 @@ json manifest_header(const Model& model, const std::string& regen_jsonl, int64_t
                  {"hidden_size", c.hidden_size},
                  {"vocab_size", c.vocab_size},
                  {"weights_dtype", dtype_name(model.dtype())}};
-  m["source"] = {{"path", regen_jsonl}, {"records", source_records}};
+  m["source"] = {{"path", regen_jsonl},
+                 {"records", int64_t(regen.records.size())},
+                 {"crc32", crc32_hex(regen.crc32)}};
   m["layer_ids"] = opt.layer_ids;
   m["layer_ids_convention"] =
       "dspark: id l is the output of decoder layer l (0-based), -1 the embeddings";
@@ -101,6 +104,60 @@ void check_compatible(const json& old, const json& now, const std::string& path)
   if (old_crc != "" && new_crc != "") same(old_crc, new_crc, "a target whose config.json has CRC32");
 }
 
+bool same_path(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  std::error_code ea, eb;
+  const fs::path ca = fs::weakly_canonical(a, ea), cb = fs::weakly_canonical(b, eb);
+  return !ea && !eb && ca == cb;
+}
+
+// The samples of a previous run are records of its source, so a rerun must read the same one.
+// The same content (CRC32 and record count) is a resume wherever the file lives now. The same
+// path with other content is that source edited or grown in place (regenerate resumed): every
+// sample is then checked against its record and those that no longer match are dropped. Other
+// content at another path is refused: resuming would keep samples of records it does not have.
+void check_source(const json& old, const json& now, const std::string& manifest_path,
+                  const std::function<void(const std::string&)>& log) {
+  const json src = old.contains("source") && old["source"].is_object() ? old["source"] : json::object();
+  const std::string old_path = src.contains("path") && src["path"].is_string() ? src["path"].get<std::string>() : "";
+  const std::string new_path = now["source"]["path"];
+  const json old_crc = src.value("crc32", json()), old_records = src.value("records", json());
+  const bool same_content = old_crc == now["source"]["crc32"] && old_records == now["source"]["records"];
+  auto describe = [](const std::string& path, const json& records, const json& crc) {
+    return path + " (" + (records.is_null() ? std::string("?") : records.dump()) + " records, CRC32 " +
+           (crc.is_string() ? crc.get<std::string>() : std::string("unknown")) + ")";
+  };
+  if (same_content) return;
+  if (!same_path(old_path, new_path))
+    fail(manifest_path, ": was made from ", describe(old_path, old_records, old_crc), ", this run reads ",
+         describe(new_path, now["source"]["records"], now["source"]["crc32"]),
+         "; its samples are not records of that file: use another --out (or delete the directory)");
+  log("note: " + new_path + " changed since the last run (now " +
+      describe(new_path, now["source"]["records"], now["source"]["crc32"]) +
+      "); every sample is checked against its record");
+}
+
+// The manifest entry `e` was computed from record `r` (same id, length and input CRC).
+bool describes_record(const json& e, const RegenRecord& r) {
+  try {
+    return e.value("id", int64_t(-1)) == r.id && e.value("tokens", int64_t(-1)) == int64_t(r.input_ids.size()) &&
+           e.value("input_crc32", "") == crc32_hex(regen_input_crc(r.input_ids, r.loss_mask));
+  } catch (const json::exception&) {
+    return false;  // a hand-edited entry of the wrong type
+  }
+}
+
+// Sample i's file is where it belongs and has the CRC32 the entry records.
+bool file_matches(const json& e, int64_t i, const std::string& out_dir, int shard_size) {
+  try {
+    const std::string file = (fs::path(out_dir) / sample_file(i, shard_size)).string();
+    return e.value("file", "") == sample_file(i, shard_size) && fs::is_regular_file(file) &&
+           e.value("crc32", "") == crc32_hex(crc32_file(file));
+  } catch (const json::exception&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, const std::string& out_dir,
@@ -124,18 +181,27 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
   RegenFile regen = read_regen_file(regen_jsonl);
   if (regen.truncated_tail) log("warning: " + regen_jsonl + " ends in a partial line; it is left out");
   const auto& records = regen.records;
-  for (size_t i = 0; i < records.size(); ++i)
+  // The engine's length rule: a sequence of T tokens needs T <= max_model_len (the positions the
+  // target was trained for); past it the hidden states are garbage a drafter would learn from.
+  const int max_model_len = resolve_max_model_len(c, 0);
+  for (size_t i = 0; i < records.size(); ++i) {
+    const int64_t T = int64_t(records[i].input_ids.size());
+    if (T > max_model_len)
+      fail(regen_jsonl, ": record ", i, " (id ", records[i].id, ") has ", T, " tokens, more than the target's maximum ",
+           "model length of ", max_model_len, " (max_position_embeddings: positions past it were never trained)");
     for (int32_t t : records[i].input_ids)
       if (t >= c.vocab_size)
         fail(regen_jsonl, ": record ", i, " (id ", records[i].id, ") holds token ", t, ", outside the target's vocabulary (",
              c.vocab_size, ")");
+  }
   const int64_t n = opt.limit < 0 ? int64_t(records.size()) : std::min<int64_t>(opt.limit, int64_t(records.size()));
 
   fs::create_directories(out_dir);
   const std::string manifest_path = (fs::path(out_dir) / "manifest.json").string();
-  json manifest = manifest_header(model, regen_jsonl, int64_t(records.size()), opt);
+  json manifest = manifest_header(model, regen_jsonl, regen, opt);
   std::map<int64_t, json> entries;  // sample index -> manifest entry
-  if (fs::exists(manifest_path)) {
+  const bool had_manifest = fs::exists(manifest_path);
+  if (had_manifest) {
     json old;
     try {
       old = json::parse(read_text_file(manifest_path));
@@ -143,6 +209,7 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
       fail(manifest_path, ": not valid JSON (", e.what(), ")");
     }
     check_compatible(old, manifest, manifest_path);
+    check_source(old, manifest, manifest_path, log);
     if (old.contains("samples") && old["samples"].is_array())
       for (const auto& e : old["samples"])
         if (e.is_object() && e.contains("index") && e["index"].is_number_integer()) entries[e["index"].get<int64_t>()] = e;
@@ -150,40 +217,45 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
 
   HiddenStats st;
   st.samples = n;
-  // Which samples are already done: listed, from the same record, and the file's CRC matches.
+  // Entries that no longer describe the source never stay listed, in range or not: beyond its
+  // records (a shorter source), or computed from another record.
+  for (auto it = entries.begin(); it != entries.end();) {
+    const int64_t i = it->first;
+    if (i >= 0 && i < int64_t(records.size()) && describes_record(it->second, records[size_t(i)])) {
+      ++it;
+      continue;
+    }
+    if (i >= 0 && i < n) {
+      log("sample " + std::to_string(i) + " (" + sample_file(i, opt.shard_size) + ") is stale; computing it again");
+      ++st.repaired;
+    } else {
+      log("sample " + std::to_string(i) + " is not a record of " + regen_jsonl + " (any more); dropped");
+      std::error_code ec;
+      if (i >= 0) fs::remove(fs::path(out_dir) / sample_file(i, opt.shard_size), ec);
+    }
+    it = entries.erase(it);
+  }
+  // Which samples are already done: listed (from the same record, above) and the file's CRC matches.
   std::vector<int64_t> todo;
   for (int64_t i = 0; i < n; ++i) {
-    const RegenRecord& r = records[size_t(i)];
     auto it = entries.find(i);
-    bool ok = false;
-    if (it != entries.end()) {
-      const json& e = it->second;
-      try {
-        const std::string file = (fs::path(out_dir) / e.value("file", "")).string();
-        ok = e.value("id", int64_t(-1)) == r.id && e.value("tokens", int64_t(-1)) == int64_t(r.input_ids.size()) &&
-             e.value("input_crc32", "") == crc32_hex(regen_input_crc(r.input_ids, r.loss_mask)) &&
-             e.value("file", "") == sample_file(i, opt.shard_size) && fs::is_regular_file(file) &&
-             e.value("crc32", "") == crc32_hex(crc32_file(file));
-      } catch (const json::exception&) {
-        ok = false;  // a hand-edited entry of the wrong type: redo the sample
-      }
-      if (!ok) {
-        log("sample " + std::to_string(i) + " (" + sample_file(i, opt.shard_size) +
-            ") is missing, damaged or stale; computing it again");
-        ++st.repaired;
-        entries.erase(it);
-      }
+    if (it != entries.end() && !file_matches(it->second, i, out_dir, opt.shard_size)) {
+      log("sample " + std::to_string(i) + " (" + sample_file(i, opt.shard_size) +
+          ") is missing or damaged; computing it again");
+      ++st.repaired;
+      entries.erase(it);
+      it = entries.end();
     }
-    if (ok) ++st.skipped;
+    if (it != entries.end()) ++st.skipped;
     else todo.push_back(i);
   }
 
   auto write_manifest = [&] {
     json samples = json::array();
     for (const auto& [i, e] : entries) samples.push_back(e);
-    bool complete = true;
-    for (int64_t i = 0; i < n && complete; ++i) complete = entries.count(i) != 0;
-    manifest["complete"] = complete && n == int64_t(records.size());
+    // Every entry is a record of the source (pruned above): complete once a run over all of them
+    // has them all.
+    manifest["complete"] = n == int64_t(records.size()) && int64_t(entries.size()) == n;
     manifest["num_samples"] = int64_t(entries.size());
     manifest["samples"] = std::move(samples);
     const std::string text = manifest.dump(1) + "\n";
@@ -191,6 +263,9 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
     manifest.erase("samples");
   };
 
+  // A rerun with work to do replaces the old manifest first (pruned, not complete): a crash
+  // mid-run must not leave it listing dropped samples or claiming a source that changed.
+  if (had_manifest && !todo.empty()) write_manifest();
   if (todo.empty()) {
     write_manifest();
     st.seconds = now_seconds() - t_start;

@@ -47,6 +47,11 @@ struct HiddenStats {
 // sample to the regenerated record it was computed from.
 uint32_t regen_input_crc(const std::vector<int32_t>& ids, const std::vector<uint8_t>& mask);
 
+// A record longer than the target's maximum model length (max_position_embeddings) is an Error
+// naming the file, the record and its length. `out_dir` may hold a previous run: of the same
+// source (same CRC32 and record count, wherever it lives, or the same path edited or grown in
+// place) it is resumed and repaired, every sample checked against its record and those that no
+// longer are one dropped; a previous run of another source is refused, naming both.
 HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, const std::string& out_dir,
                            const HiddenOptions& opt);
 

@@ -47,6 +47,32 @@ std::string str_field(const json& j, const char* name, const std::string& where)
   return v.get<std::string>();
 }
 
+// The samples must be what the header says: sample k is record `index` of the source, indices
+// rise and stay below its record count, and a complete manifest lists every record. A manifest
+// that disagrees (say, samples of an older, longer source kept beside a new one) would train on
+// sequences that are not in the data, so it is refused rather than read.
+void check_samples_agree(const json& m, const std::string& mp) {
+  const json& samples = m["samples"];
+  const int64_t records = int_field(field(m, "source", mp), "records", mp + ": source", 0);
+  const int64_t listed = int_field(m, "num_samples", mp, 0);
+  if (listed != int64_t(samples.size()))
+    fail(mp, ": field \"num_samples\" is ", listed, " but \"samples\" lists ", samples.size());
+  int64_t prev = -1;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    const std::string where = mp + ": samples[" + std::to_string(i) + "]";
+    const int64_t index = int_field(samples[i], "index", where, 0);
+    if (index <= prev) fail(where, ": index ", index, " does not follow ", prev, " (indices must rise)");
+    if (index >= records)
+      fail(where, ": index ", index, " is past the source's ", records,
+           " records (a sample of another source?); rerun datagen hidden into a new directory");
+    prev = index;
+  }
+  const json& complete = field(m, "complete", mp);
+  if (!complete.is_boolean()) fail(mp, ": field \"complete\" must be true or false");
+  if (complete.get<bool>() && listed != records)
+    fail(mp, ": claims to be complete with ", listed, " samples, but its source has ", records, " records");
+}
+
 }  // namespace
 
 HiddenDataset HiddenDataset::open(const std::string& dir) {
@@ -79,6 +105,7 @@ HiddenDataset HiddenDataset::open(const std::string& dir) {
     fail(mp, ": field \"n_layers\" does not match \"layer_ids\"");
   const json& samples = field(m, "samples", mp);
   if (!samples.is_array()) fail(mp, ": field \"samples\" must be a list");
+  check_samples_agree(m, mp);
   for (size_t i = 0; i < samples.size(); ++i) {
     const std::string where = mp + ": samples[" + std::to_string(i) + "]";
     const json& s = samples[i];

@@ -1,6 +1,8 @@
 // HiddenDataset: reads the hidden-state samples `dspark datagen hidden` writes (hidden.h), for the
 // trainer, without libtorch. Every problem is an Error naming the file: a missing sample, a
-// CRC mismatch, a wrong dtype or shape, a manifest that does not parse or lacks a field.
+// CRC mismatch, a wrong dtype or shape, a manifest that does not parse or lacks a field, or
+// whose samples disagree with its header (indices past the source's records, a count that is
+// not the list's, "complete" with fewer or more samples than the source has records).
 #pragma once
 
 #include <cstdint>

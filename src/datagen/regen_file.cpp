@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_set>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
 
@@ -99,6 +100,7 @@ RegenFile read_regen_file(const std::string& path, bool missing_ok) {
     pos = end + 1;
     out.good_bytes = pos;
   }
+  out.crc32 = crc32_bytes(text.data(), size_t(out.good_bytes));
   return out;
 }
 

@@ -26,6 +26,7 @@ std::string regen_record_line(const RegenRecord& r);
 struct RegenFile {
   std::vector<RegenRecord> records;
   uint64_t good_bytes = 0;     // bytes up to the end of the last complete line
+  uint32_t crc32 = 0;          // of those bytes: identifies the records (a partial tail left out)
   bool truncated_tail = false; // the file ended in a partial line (a crash mid-write)
 };
 

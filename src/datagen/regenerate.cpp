@@ -12,6 +12,7 @@
 #include "datagen/progress.h"
 #include "datagen/regen_file.h"
 #include "model/forward.h"
+#include "runtime/context_limit.h"
 #include "runtime/generate.h"
 #include "sample/rng.h"
 
@@ -93,6 +94,15 @@ struct Work {
   int64_t need = 0;                         // KV positions this conversation can reach
 };
 
+// A conversation ends where the engine's length rule says: prompt + generated tokens never pass
+// max_model_len. The first turn must leave room for a token (else the prompt is refused before
+// any work); a later turn that does not fit ends the conversation with "length".
+int64_t reachable_positions(const Work& w, int max_tokens, int max_model_len) {
+  int64_t need = 0;
+  for (const auto& t : w.turns) need += int64_t(t.size()) + max_tokens;
+  return std::min<int64_t>(need, max_model_len);
+}
+
 struct Live {
   size_t work = 0;  // index into the work list
   int seq = -1;
@@ -101,6 +111,7 @@ struct Live {
   std::vector<uint8_t> mask;
   size_t turn = 0;
   int turn_generated = 0;
+  int turn_budget = 0;  // tokens this turn may generate (generation_budget)
   int32_t last = -1;  // the newest sampled token, not yet in the KV cache
   bool done = false;
   std::string finish;
@@ -119,6 +130,7 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
   const ModelConfig& cfg = model.config();
   if (tok.vocab_size() > cfg.vocab_size)
     fail("the tokenizer has ", tok.vocab_size(), " tokens but the model's vocabulary is ", cfg.vocab_size);
+  const int max_model_len = resolve_max_model_len(cfg, 0);
   const ChatFormat fmt = detect_chat_format(tok);
   const std::vector<int32_t> stops = regen_stop_tokens(tok, cfg);
 
@@ -152,10 +164,12 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
     }
     Work w{p, {}, -1, 0};
     w.turns = regen_turn_tokens(tok, fmt, *p, &w.end_of_turn);
-    for (const auto& t : w.turns) w.need += int64_t(t.size()) + opt.max_tokens;
-    if (w.need > cfg.max_position_embeddings && cfg.max_position_embeddings > 0)
-      log("warning: prompt " + std::to_string(p->id) + " may reach " + std::to_string(w.need) +
-          " positions, beyond the model's max_position_embeddings " + std::to_string(cfg.max_position_embeddings));
+    try {
+      check_prompt_length(int64_t(w.turns[0].size()), max_model_len);
+    } catch (const Error& e) {
+      fail("prompt ", p->id, " (chat-templated): ", e.what());
+    }
+    w.need = reachable_positions(w, opt.max_tokens, max_model_len);
     work.push_back(std::move(w));
   }
   if (work.empty()) {
@@ -210,11 +224,19 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
           a.done = true;
           return;
         }
-        // The next user turn: feed the end-of-turn token and the turn's prompt tokens.
+        // The next user turn: feed the end-of-turn token and the turn's prompt tokens, if they
+        // leave room for a token under the length rule.
+        const auto& next = w.turns[a.turn + 1];
+        const int budget = generation_budget(int64_t(a.tokens.size() + next.size()), opt.max_tokens, max_model_len);
+        if (budget == 0) {
+          a.finish = "length";
+          a.done = true;
+          return;
+        }
         ++a.turn;
         a.turn_generated = 0;
+        a.turn_budget = budget;
         std::vector<int32_t> feed{token};
-        const auto& next = w.turns[a.turn];
         feed.insert(feed.end(), next.begin(), next.end());
         a.tokens.insert(a.tokens.end(), next.begin(), next.end());
         a.mask.insert(a.mask.end(), next.size(), 0);
@@ -224,7 +246,7 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
         token = sampler.sample(logits, vocab, opt.sampling, a.rng);
         continue;
       }
-      if (a.turn_generated >= opt.max_tokens) {
+      if (a.turn_generated >= a.turn_budget) {  // --max-tokens, or the maximum model length
         a.finish = "length";
         a.done = true;
         return;
@@ -266,6 +288,7 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
         a.rng = Rng(opt.sampling.seed, uint64_t(w.prompt->id));
         a.tokens = w.turns[0];
         a.mask.assign(a.tokens.size(), 0);
+        a.turn_budget = generation_budget(int64_t(a.tokens.size()), opt.max_tokens, max_model_len);
         const float* logits = prefill(fwd, a.seq, a.tokens, opt.prefill_chunk);
         ++st.forwards;
         if (opt.on_logits) opt.on_logits(w.prompt->id, logits, vocab);

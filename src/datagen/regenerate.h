@@ -64,7 +64,10 @@ std::vector<std::vector<int32_t>> regen_turn_tokens(const Tokenizer& tok, ChatFo
 
 // Answers prompts[i] for every prompt with id < limit that `out_path` does not hold yet and
 // appends the records (regen_file.h) in prompt order. A partial last line left by a crash is
-// cut off with a warning.
+// cut off with a warning. The engine's length rule (runtime/context_limit.h) holds, with the
+// model's max_position_embeddings as the maximum model length: a prompt whose templated first
+// turn leaves no room is an Error naming it (before any work); a record never has more tokens
+// than the limit (a response reaching it, or a next turn that does not fit, ends with "length").
 RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vector<RegenPrompt>& prompts,
                       const std::string& out_path, const RegenOptions& opt);
 

@@ -246,6 +246,40 @@ void split_pieces(std::string_view text, const std::vector<std::pair<size_t, siz
 }
 
 // ---------------------------------------------------------------------------------------------
+// Token ids index dense per-id tables (what each id decodes to, whether it is known or special),
+// so an id may not run far past the number of tokens the file defines: an id of 1e9 would size
+// them at gigabytes before anything else failed. Gaps in the id range are real (tiktoken
+// conversions skip ids, reserved ranges, this repo's test files put specials at 300), so ids may
+// go as far again as there are tokens, plus 65536: tables stay proportional to the file.
+struct IdBound {
+  int64_t tokens = 0;  // vocab entries + added tokens in the file
+  int64_t limit = 0;   // ids must be below this
+};
+
+IdBound id_bound(const json& root) {
+  IdBound b;
+  if (auto m = root.find("model"); m != root.end() && m->is_object())
+    if (auto v = m->find("vocab"); v != m->end() && v->is_object()) b.tokens += static_cast<int64_t>(v->size());
+  if (auto a = root.find("added_tokens"); a != root.end() && a->is_array()) b.tokens += static_cast<int64_t>(a->size());
+  b.limit = std::min<int64_t>(2 * b.tokens + 65536, int64_t(INT32_MAX) + 1);
+  return b;
+}
+
+// The id `v` of `token`, checked against the bound before any table is sized by it.
+int32_t checked_id(const Ctx& ctx, const json& v, const IdBound& bound, const std::string& field,
+                   const std::string& token) {
+  if (!v.is_number_integer()) ctx.bad(field, "token '" + token + "': expected an integer id");
+  if (!v.is_number_unsigned() && v.get<int64_t>() < 0)
+    ctx.bad(field, "token '" + token + "' has the negative id " + std::to_string(v.get<int64_t>()));
+  const uint64_t id = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+  if (id >= static_cast<uint64_t>(bound.limit))
+    ctx.bad(field, "token '" + token + "' has id " + std::to_string(id) + ", far past the " +
+                       std::to_string(bound.tokens) + " tokens the file defines (ids must be below " +
+                       std::to_string(bound.limit) + ")");
+  return static_cast<int32_t>(id);
+}
+
+// ---------------------------------------------------------------------------------------------
 class BpeTokenizer final : public Tokenizer {
  public:
   BpeTokenizer(const std::string& path, const json& root);
@@ -260,8 +294,8 @@ class BpeTokenizer final : public Tokenizer {
   }
 
  private:
-  void load_model(const Ctx& ctx, const json& model);
-  void load_added(const Ctx& ctx, const json& added);
+  void load_model(const Ctx& ctx, const json& model, const IdBound& ids);
+  void load_added(const Ctx& ctx, const json& added, const IdBound& ids);
   void load_normalizer(const Ctx& ctx, const json& n, const std::string& field);
   void load_pre_tokenizer(const Ctx& ctx, const json& p, const std::string& field);
   void load_post_processor(const Ctx& ctx, const json& p, const std::string& field);
@@ -305,8 +339,9 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const json& root) {
   Ctx ctx{path};
   if (!root.is_object()) fail(path, ": expected a JSON object at the top level");
   std::fill(std::begin(byte_id_), std::end(byte_id_), -1);
-  load_model(ctx, ctx.get(root, "model", "model"));
-  if (auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) load_added(ctx, *it);
+  const IdBound ids = id_bound(root);
+  load_model(ctx, ctx.get(root, "model", "model"), ids);
+  if (auto it = root.find("added_tokens"); it != root.end() && !it->is_null()) load_added(ctx, *it, ids);
   if (auto it = root.find("normalizer"); it != root.end()) load_normalizer(ctx, *it, "normalizer");
   if (auto it = root.find("pre_tokenizer"); it != root.end()) load_pre_tokenizer(ctx, *it, "pre_tokenizer");
   if (std::none_of(pre_steps_.begin(), pre_steps_.end(), [](const PreStep& s) { return s.byte_level; }))
@@ -322,7 +357,7 @@ BpeTokenizer::BpeTokenizer(const std::string& path, const json& root) {
   }
 }
 
-void BpeTokenizer::load_model(const Ctx& ctx, const json& model) {
+void BpeTokenizer::load_model(const Ctx& ctx, const json& model, const IdBound& ids) {
   if (!model.is_object()) ctx.bad("model", "expected an object");
   if (auto it = model.find("type"); it != model.end() && !it->is_null() && ctx.str(*it, "model.type") != "BPE")
     ctx.bad("model.type", "unsupported model type '" + it->get<std::string>() + "' (only BPE)");
@@ -334,9 +369,7 @@ void BpeTokenizer::load_model(const Ctx& ctx, const json& model) {
   std::vector<std::pair<int32_t, std::string>> id_content;
   id_content.reserve(vocab.size());
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0 || it.value().get<int64_t>() > INT32_MAX)
-      ctx.bad("model.vocab[\"" + it.key() + "\"]", "expected a non-negative integer id");
-    const auto id = it.value().get<int32_t>();
+    const int32_t id = checked_id(ctx, it.value(), ids, "model.vocab[\"" + it.key() + "\"]", it.key());
     max_id = std::max(max_id, id);
     token_to_id_[it.key()] = id;
     std::optional<std::string> bytes = bytelevel_to_bytes(it.key());
@@ -404,18 +437,15 @@ void BpeTokenizer::load_model(const Ctx& ctx, const json& model) {
   }
 }
 
-void BpeTokenizer::load_added(const Ctx& ctx, const json& added) {
+void BpeTokenizer::load_added(const Ctx& ctx, const json& added, const IdBound& ids) {
   if (!added.is_array()) ctx.bad("added_tokens", "expected an array");
   for (size_t i = 0; i < added.size(); ++i) {
     const std::string field = "added_tokens[" + std::to_string(i) + "]";
     const json& a = added[i];
     if (!a.is_object()) ctx.bad(field, "expected an object");
     AddedToken t;
-    const json& id = ctx.get(a, "id", field + ".id");
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
-      ctx.bad(field + ".id", "expected a non-negative integer");
-    t.id = id.get<int32_t>();
     t.content = ctx.str(ctx.get(a, "content", field + ".content"), field + ".content");
+    t.id = checked_id(ctx, ctx.get(a, "id", field + ".id"), ids, field + ".id", t.content);
     if (t.content.empty()) ctx.bad(field + ".content", "empty");
     if (!td::is_valid_utf8(t.content)) ctx.bad(field + ".content", "not valid UTF-8");
     t.special = ctx.flag(a, "special", field, false);

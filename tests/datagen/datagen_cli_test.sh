@@ -91,6 +91,29 @@ PY
 # Rerun: everything is skipped.
 "$dspark" datagen hidden --model "$t/m" --data "$t/b4.jsonl" --layers 0,1 --out "$t/hs" --shard-size 2 \
   --dtype f32 --threads 1 --no-progress | grep -q '5 already done, 0 written'
+# Another --data into a finished directory (5 samples, then 1 record) is refused, naming both
+# files; the manifest stays as it was.
+head -n 1 "$t/b4.jsonl" > "$t/one.jsonl"
+cp "$t/hs/manifest.json" "$t/manifest.before"
+if "$dspark" datagen hidden --model "$t/m" --data "$t/one.jsonl" --layers 0,1 --out "$t/hs" --shard-size 2 \
+  --dtype f32 --threads 1 --no-progress > /dev/null 2> "$t/err"; then
+  echo "another source was accepted"; exit 1
+fi
+grep -q "b4.jsonl" "$t/err" && grep -q "one.jsonl" "$t/err" || { cat "$t/err"; exit 1; }
+cmp "$t/hs/manifest.json" "$t/manifest.before" || { echo "a refused run changed the manifest"; exit 1; }
+# A record longer than max_position_embeddings is refused, naming the file and the record.
+cp -r "$t/m" "$t/short"
+python3 - "$t/short/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["max_position_embeddings"] = 8
+json.dump(c, open(sys.argv[1], "w"))
+PY
+if "$dspark" datagen hidden --model "$t/short" --data "$t/b4.jsonl" --layers 0 --out "$t/z" --dtype f32 \
+  --threads 1 --no-progress 2> "$t/err"; then
+  echo "a record past max_position_embeddings was accepted"; exit 1
+fi
+grep -q "b4.jsonl: record 0" "$t/err" && grep -q "maximum model length of 8" "$t/err" || { cat "$t/err"; exit 1; }
 # Errors.
 if "$dspark" datagen hidden --model "$t/m" --data "$t/b4.jsonl" --layers 0,7 --out "$t/x" 2> "$t/err"; then exit 1; fi
 grep -q 'outside' "$t/err" || { cat "$t/err"; exit 1; }

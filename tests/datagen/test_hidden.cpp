@@ -286,5 +286,131 @@ TEST(DatagenHidden, BadInputsAreErrors) {
   EXPECT_NE(err.find("vocabulary"), std::string::npos) << err;
 }
 
+// Issue 18: a rerun with another --data file (3 samples before, 1 record now) used to exit 0 with
+// a manifest saying complete and 3 samples, 2 of them stale samples of the old source.
+TEST(DatagenHidden, RerunWithAnotherSourceIsRefusedNamingBoth) {
+  TempDir d;
+  auto model = tiny_model(DType::F32);
+  const std::string out = d.path() + "/hs", manifest = out + "/manifest.json";
+  const std::string first = write_regen(d, make_records(3, 6));
+  datagen::extract_hidden(*model, first, out, quiet({1}));
+  const std::string before = slurp(manifest);
+  EXPECT_EQ(json::parse(before)["source"]["records"], 3);
+  const std::string text = slurp(first);
+  EXPECT_EQ(json::parse(before)["source"]["crc32"], datagen::crc32_hex(crc32_bytes(text.data(), text.size())));
+
+  const std::string other = d.write("other.jsonl", datagen::regen_record_line(make_records(1, 7)[0]) + "\n");
+  const std::string err = error_of([&] { datagen::extract_hidden(*model, other, out, quiet({1})); });
+  EXPECT_NE(err.find(manifest), std::string::npos) << err;
+  EXPECT_NE(err.find(first), std::string::npos) << err;
+  EXPECT_NE(err.find(other), std::string::npos) << err;
+  EXPECT_EQ(slurp(manifest), before) << "a refused run writes nothing";
+  HiddenDataset ds = HiddenDataset::open(out);
+  EXPECT_EQ(ds.size(), 3u);
+  ds.verify();
+
+  // The same records at another path are the same source (the CRC says so): a resume.
+  const std::string copy = d.write("copy.jsonl", slurp(first));
+  const auto st = datagen::extract_hidden(*model, copy, out, quiet({1}));
+  EXPECT_EQ(st.skipped, 3);
+  EXPECT_EQ(st.written, 0);
+  EXPECT_EQ(HiddenDataset::open(out).size(), 3u);
+}
+
+// The same path rewritten with 1 record: the source changed in place, so every sample is checked
+// against its record; those past the new source are dropped (files too), a changed one recomputed.
+TEST(DatagenHidden, SourceShrunkInPlaceKeepsNoStaleSample) {
+  TempDir d;
+  auto model = tiny_model(DType::F32);
+  const std::string out = d.path() + "/hs";
+  const std::string regen = write_regen(d, make_records(3, 6));
+  datagen::extract_hidden(*model, regen, out, quiet({1}));
+  const auto now = make_records(1, 7);
+  write_regen(d, now);
+  const auto st = datagen::extract_hidden(*model, regen, out, quiet({1}));
+  EXPECT_EQ(st.samples, 1);
+  EXPECT_EQ(st.repaired, 1);
+  EXPECT_EQ(st.written, 1);
+  const json m = json::parse(slurp(out + "/manifest.json"));
+  EXPECT_EQ(m["num_samples"], 1);
+  EXPECT_EQ(m["samples"].size(), 1u);
+  EXPECT_EQ(m["complete"], true);
+  EXPECT_EQ(m["source"]["records"], 1);
+  EXPECT_FALSE(fs::exists(out + "/shard-00000/sample-000001.safetensors"));
+  EXPECT_FALSE(fs::exists(out + "/shard-00000/sample-000002.safetensors"));
+  HiddenDataset ds = HiddenDataset::open(out);
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds.load(0).tokens, now[0].input_ids);
+
+  // A grown source (regenerate resumed): the old samples stay, the new records are computed.
+  write_regen(d, make_records(4, 7));
+  const auto grown = datagen::extract_hidden(*model, regen, out, quiet({1}));
+  EXPECT_EQ(grown.skipped, 1);
+  EXPECT_EQ(grown.written, 3);
+  EXPECT_EQ(HiddenDataset::open(out).size(), 4u);
+}
+
+// The reader refuses a manifest whose samples disagree with its header: what the old writer left
+// after the 3-then-1 rerun (complete, 3 samples, a source of 1 record) never reaches the trainer.
+TEST(DatagenHidden, ReaderRefusesSamplesThatDisagreeWithTheHeader) {
+  TempDir d;
+  auto model = tiny_model(DType::F32);
+  const std::string out = d.path() + "/hs", manifest = out + "/manifest.json";
+  datagen::extract_hidden(*model, write_regen(d, make_records(3, 6)), out, quiet({1}));
+  const json good = json::parse(slurp(manifest));
+  auto open_with = [&](const std::function<void(json&)>& edit) {
+    json m = good;
+    edit(m);
+    std::ofstream(manifest) << m.dump();
+    return error_of([&] { HiddenDataset::open(out); });
+  };
+  std::string err = open_with([](json& m) { m["source"]["records"] = 1; });
+  EXPECT_NE(err.find(manifest), std::string::npos) << err;
+  EXPECT_NE(err.find("past the source's 1 records"), std::string::npos) << err;
+  err = open_with([](json& m) {  // the stale samples cut from the list, the header still claiming 3
+    m["samples"].erase(1);
+    m["samples"].erase(1);
+  });
+  EXPECT_NE(err.find("num_samples"), std::string::npos) << err;
+  err = open_with([](json& m) {
+    m["samples"].erase(2);
+    m["num_samples"] = 2;
+  });
+  EXPECT_NE(err.find("complete with 2 samples"), std::string::npos) << err;
+  EXPECT_NE(err.find("3 records"), std::string::npos) << err;
+  err = open_with([](json& m) { m["samples"][1]["index"] = 0; });
+  EXPECT_NE(err.find("samples[1]"), std::string::npos) << err;
+  EXPECT_NE(err.find("rise"), std::string::npos) << err;
+  err = open_with([](json& m) { m["samples"][0].erase("index"); });
+  EXPECT_NE(err.find("index"), std::string::npos) << err;
+  // An incomplete run reads (the trainer may use the samples done so far).
+  EXPECT_EQ(open_with([](json& m) {
+              m["samples"].erase(2);
+              m["num_samples"] = 2;
+              m["complete"] = false;
+            }),
+            "(no error)");
+}
+
+// The engine's length rule: a record of T tokens needs T <= max_model_len (max_position_embeddings).
+TEST(DatagenHidden, RecordsLongerThanTheMaxModelLengthAreRefused) {
+  TempDir d;
+  ModelConfig c = tiny_config();
+  c.max_position_embeddings = 40;
+  auto model = Model::build(c, BiasedSource(7, kImEnd, 0.25f), LoadOptions{DType::F32});
+  const std::string regen = write_regen(d, make_records(5, 8));  // lengths 5, 23, 1, 57, 12
+  const std::string out = d.path() + "/hs";
+  const std::string err = error_of([&] { datagen::extract_hidden(*model, regen, out, quiet({1})); });
+  EXPECT_NE(err.find(regen), std::string::npos) << err;
+  EXPECT_NE(err.find("record 3"), std::string::npos) << err;
+  EXPECT_NE(err.find("57 tokens"), std::string::npos) << err;
+  EXPECT_NE(err.find("40"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(out)) << "refused before any work";
+  // Exactly max_model_len tokens fit.
+  c.max_position_embeddings = 57;
+  auto fits = Model::build(c, BiasedSource(7, kImEnd, 0.25f), LoadOptions{DType::F32});
+  EXPECT_EQ(datagen::extract_hidden(*fits, regen, out, quiet({1})).written, 5);
+}
+
 }  // namespace
 }  // namespace dspark::testing

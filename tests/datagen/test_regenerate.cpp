@@ -322,6 +322,82 @@ TEST(DatagenRegen, MultiTurnPromptsContinueAfterTheEndOfTurn) {
   EXPECT_EQ(slurp(out), slurp(d.path() + "/mt1.jsonl"));
 }
 
+// The engine's length rule (runtime/context_limit.h) with max_position_embeddings as the limit:
+// no record passes it, a response reaching it ends with "length", and a prompt that leaves no
+// room is refused before any work, naming it. It used to be a warning, and generation ran on.
+TEST(DatagenRegen, MaxModelLengthBoundsEveryRecord) {
+  TempDir d;
+  auto tok = chat_tokenizer(d);
+  const auto prompts = some_prompts(8);
+  size_t longest = 0;
+  int64_t longest_id = -1;
+  for (const auto& p : prompts) {
+    const size_t n = datagen::regen_turn_tokens(*tok, ChatFormat::ChatML, p, nullptr)[0].size();
+    if (n > longest) longest = n, longest_id = p.id;
+  }
+  ModelConfig c = tiny_config();
+  c.max_position_embeddings = int(longest) + 4;
+  auto model = Model::build(c, BiasedSource(7, kImEnd, 0.f), LoadOptions{DType::F32});  // rare stops
+  const std::string out = d.path() + "/r.jsonl";
+  datagen::regenerate(*model, *tok, prompts, out, quiet_options(3, 32));
+  int at_limit = 0;
+  for (const RegenRecord& r : records_of(out)) {
+    EXPECT_LE(int(r.input_ids.size()), c.max_position_embeddings) << "record " << r.id;
+    if (int(r.input_ids.size()) == c.max_position_embeddings) {
+      ++at_limit;
+      EXPECT_EQ(r.finish_reason, "length");
+    }
+  }
+  EXPECT_GT(at_limit, 0);
+
+  c.max_position_embeddings = int(longest);  // the longest prompt leaves no room
+  auto small = Model::build(c, BiasedSource(7, kImEnd, 0.f), LoadOptions{DType::F32});
+  const std::string out2 = d.path() + "/r2.jsonl";
+  std::string err = "(no error)";
+  try {
+    datagen::regenerate(*small, *tok, prompts, out2, quiet_options(3, 32));
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("prompt " + std::to_string(longest_id)), std::string::npos) << err;
+  EXPECT_NE(err.find(std::to_string(longest) + " tokens"), std::string::npos) << err;
+  EXPECT_NE(err.find("maximum model length of " + std::to_string(longest)), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(out2)) << "refused before any work";
+}
+
+// A next user turn that does not fit under the limit ends the conversation after the answer's
+// end-of-turn token, with "length".
+TEST(DatagenRegen, NextTurnPastTheMaxModelLengthEndsTheConversation) {
+  TempDir d;
+  auto tok = chat_tokenizer(d);
+  std::vector<RegenPrompt> prompts;
+  size_t first = 0;
+  for (int i = 0; i < 12; ++i) {
+    RegenPrompt q;
+    q.id = i;
+    q.turns = {"Q" + std::to_string(i % 10) + "?", "Why?"};
+    first = datagen::regen_turn_tokens(*tok, ChatFormat::ChatML, q, nullptr)[0].size();
+    prompts.push_back(q);
+  }
+  const int max_tokens = 8;
+  ModelConfig c = tiny_config();
+  c.max_position_embeddings = int(first) + max_tokens + 2;  // room for an answer, not for "Why?"
+  auto model = Model::build(c, BiasedSource(7, kImEnd, 0.25f), LoadOptions{DType::F32});
+  const std::string out = d.path() + "/mt.jsonl";
+  datagen::regenerate(*model, *tok, prompts, out, quiet_options(4, max_tokens));
+  int cut = 0;
+  for (const RegenRecord& r : records_of(out)) {
+    EXPECT_LE(int(r.input_ids.size()), c.max_position_embeddings) << "record " << r.id;
+    EXPECT_EQ(r.prompt_tokens, int(first));
+    for (size_t t = first; t < r.loss_mask.size(); ++t) EXPECT_EQ(r.loss_mask[t], 1) << "no second turn";
+    if (r.input_ids.back() == kImEnd) {
+      ++cut;
+      EXPECT_EQ(r.finish_reason, "length") << "record " << r.id;
+    }
+  }
+  EXPECT_GT(cut, 0) << "some answers ended in <|im_end|> and the next turn was cut";
+}
+
 TEST(DatagenRegen, MalformedOutputLineIsAnError) {
   TempDir d;
   auto tok = chat_tokenizer(d);

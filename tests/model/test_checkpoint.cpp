@@ -17,6 +17,14 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
+// A safetensors file from a header written by hand (nlohmann would fold duplicate keys).
+void write_raw_safetensors(const std::string& path, std::string header, const std::string& data) {
+  while (header.size() % 8) header += ' ';
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[size_t(i)] = char(uint8_t(uint64_t(header.size()) >> (8 * i)));
+  std::ofstream(path, std::ios::binary) << out << header << data;
+}
+
 class Checkpoint : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -44,6 +52,23 @@ class Checkpoint : public ::testing::Test {
     }
     fs::rename(path + ".new", path);
   }
+  // The JSON header of model.safetensors as text, and its data section.
+  std::pair<std::string, std::string> split_file() const {
+    const std::string bytes = read_text_file(file("model.safetensors"));
+    uint64_t len = 0;
+    for (int i = 7; i >= 0; --i) len = (len << 8) | uint8_t(bytes[size_t(i)]);
+    std::string header = bytes.substr(8, len);
+    header.erase(header.find_last_not_of(' ') + 1);
+    return {header, bytes.substr(8 + len)};
+  }
+  // Rewrites the header of model.safetensors as text through `edit`, keeping the data section
+  // (offsets are relative to it, so the header may change length).
+  void rewrite_header(const std::function<std::string(std::string)>& edit) const {
+    auto [header, data] = split_file();
+    write_raw_safetensors(file("model.safetensors"), edit(header), data);
+  }
+  // The header's entry of `tensor`, as JSON text.
+  std::string entry_of(const std::string& tensor) const { return json::parse(split_file().first).at(tensor).dump(); }
   // Expects Model::load to throw an Error whose message contains every fragment.
   void expect_error(std::initializer_list<std::string> fragments) {
     try {
@@ -179,6 +204,72 @@ TEST_F(Checkpoint, ShardedIndexEscapingDirectory) {
   json idx = {{"weight_map", {{"model.norm.weight", "../../etc/passwd"}}}};
   std::ofstream(file("model.safetensors.index.json")) << idx.dump();
   expect_error({"model.safetensors.index.json", "model.norm.weight", "outside"});
+}
+
+// nlohmann::json keeps the last of two equal keys: without a check a repeated tensor (or field)
+// would load silently, the first entry's bytes unowned.
+TEST_F(Checkpoint, DuplicateTensorNameIsRefused) {
+  const std::string norm = entry_of("model.norm.weight");
+  rewrite_header([&](std::string h) { return h.substr(0, h.size() - 1) + ",\"model.norm.weight\":" + norm + "}"; });
+  expect_error({"model.safetensors", "tensor 'model.norm.weight'", "twice"});
+}
+
+TEST_F(Checkpoint, DuplicateFieldOfATensorIsRefused) {
+  rewrite_header([&](std::string h) {
+    const std::string key = "\"model.norm.weight\":{";
+    const size_t at = h.find(key);
+    EXPECT_NE(at, std::string::npos) << h;
+    return h.insert(at + key.size(), "\"dtype\":\"F32\",");
+  });
+  expect_error({"model.safetensors", "tensor 'model.norm.weight'", "'dtype'", "twice"});
+}
+
+TEST_F(Checkpoint, OverlappingTensorDataIsRefusedNamingBoth) {
+  // model.norm.weight pointed at model.layers.0.input_layernorm.weight's bytes (same size).
+  const json other = json::parse(entry_of("model.layers.0.input_layernorm.weight"));
+  rewrite_header([&](std::string h) {
+    json j = json::parse(h);
+    j["model.norm.weight"]["data_offsets"] = other["data_offsets"];
+    return j.dump();
+  });
+  expect_error({"model.safetensors", "overlap", "'model.norm.weight'", "'model.layers.0.input_layernorm.weight'"});
+}
+
+TEST_F(Checkpoint, DuplicateTensorInShardIndexIsRefused) {
+  fs::rename(file("model.safetensors"), file("model-00001-of-00001.safetensors"));
+  std::string map;
+  const SafetensorsFile shard(file("model-00001-of-00001.safetensors"));
+  for (const auto& [name, t] : shard.tensors())
+    map += "\"" + name + "\": \"model-00001-of-00001.safetensors\", ";
+  map += "\"model.norm.weight\": \"model-00001-of-00001.safetensors\"";
+  std::ofstream(file("model.safetensors.index.json")) << "{\"weight_map\": {" << map << "}}";
+  expect_error({"model.safetensors.index.json", "'model.norm.weight'", "twice"});
+}
+
+// Overlaps are found whatever the order of the ranges, and empty tensors own no bytes.
+TEST(Safetensors, OverlapBehindAnEmptyTensorIsFound) {
+  const std::string path = (fs::temp_directory_path() / ("dspark_st_" + std::to_string(::getpid()))).string();
+  auto parse = [&](const json& header) {
+    write_raw_safetensors(path, header.dump(), std::string(16, 'x'));
+    SafetensorsFile f(path);
+    return f.tensors().size();
+  };
+  auto u8 = [](int64_t n, uint64_t begin) {
+    return json{{"dtype", "U8"}, {"shape", {n}}, {"data_offsets", {begin, begin + uint64_t(n)}}};
+  };
+  // a [0, 10), the empty z at 5, b [6, 8): b lies inside a.
+  std::string err;
+  try {
+    parse({{"a", u8(10, 0)}, {"z", u8(0, 5)}, {"b", u8(2, 6)}});
+  } catch (const Error& e) {
+    err = e.what();
+  }
+  EXPECT_NE(err.find("overlap"), std::string::npos) << err;
+  EXPECT_NE(err.find("'a'"), std::string::npos) << err;
+  EXPECT_NE(err.find("'b'"), std::string::npos) << err;
+  EXPECT_NE(err.find(path), std::string::npos) << err;
+  EXPECT_EQ(parse({{"a", u8(10, 0)}, {"z", u8(0, 5)}, {"b", u8(6, 10)}}), 3u);  // adjacent, and an empty one inside
+  fs::remove(path);
 }
 
 TEST_F(Checkpoint, LoadedWeightsRoundTrip) {

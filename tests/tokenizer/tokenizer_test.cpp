@@ -3,7 +3,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
+#include <new>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +18,26 @@
 #include "tokenizer/js_regex.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode_util.h"
+
+// The largest single allocation while g_track_alloc is set: loading a tokenizer.json must not
+// size a table by a hostile id (1e8 used to allocate 3.2 GB before failing).
+namespace {
+std::atomic<bool> g_track_alloc{false};
+std::atomic<size_t> g_largest_alloc{0};
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (g_track_alloc.load(std::memory_order_relaxed)) {
+    size_t cur = g_largest_alloc.load(std::memory_order_relaxed);
+    while (n > cur && !g_largest_alloc.compare_exchange_weak(cur, n)) {
+    }
+  }
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+// Not inlined: GCC would then see free() of what operator new returned and warn of a mismatch.
+[[gnu::noinline]] void operator delete(void* p) noexcept { std::free(p); }
+[[gnu::noinline]] void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 
 namespace dspark {
 namespace {
@@ -467,6 +490,79 @@ TEST(TokenizerErrors, UnsupportedComponents) {
   j = hello_spec().build();
   j["model"]["vocab"]["Hello"] = "x";
   expect_error(dir.write("t.json", j.dump()), "model.vocab[\"Hello\"]");
+}
+
+// Ids far past the file's tokens are refused before any table is sized by them, naming the file,
+// the token and the id; negative ids too.
+std::string load_error(const std::string& path, size_t* largest_alloc) {
+  g_largest_alloc = 0;
+  g_track_alloc = true;
+  std::string msg = "(no error)";
+  try {
+    Tokenizer::from_file(path);
+  } catch (const Error& e) {
+    msg = e.what();
+  } catch (const std::exception& e) {
+    msg = std::string("not an Error: ") + e.what();
+  }
+  g_track_alloc = false;
+  *largest_alloc = g_largest_alloc;
+  return msg;
+}
+
+TEST(TokenizerErrors, HugeOrNegativeIdsAreRefusedWithoutAllocating) {
+  TempDir dir;
+  constexpr size_t kSmall = 16 << 20;  // the file's own tables need well under 1 MB
+  struct Case {
+    const char* what;
+    json id;
+    std::string needle;
+  };
+  const Case cases[] = {{"1e9", 1000000000, "1000000000"},
+                        {"1e8", 100000000, "100000000"},
+                        {"2^40", int64_t(1) << 40, "1099511627776"},
+                        {"past int64", json::parse("18446744073709551615"), "18446744073709551615"},
+                        {"negative", -5, "-5"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    json j = hello_spec().build();
+    j["model"]["vocab"][bl("Hello")] = c.id;
+    const std::string path = dir.write("vocab.json", j.dump());
+    size_t largest = 0;
+    std::string err = load_error(path, &largest);
+    EXPECT_NE(err.find(path), std::string::npos) << err;
+    EXPECT_NE(err.find("model.vocab"), std::string::npos) << err;
+    EXPECT_NE(err.find("token '" + bl("Hello") + "'"), std::string::npos) << err;
+    EXPECT_NE(err.find(" " + c.needle), std::string::npos) << err;
+    EXPECT_LT(largest, kSmall);
+
+    Spec s = hello_spec();
+    s.added = json::array({added_token(300, "<|a|>"), added_token(0, "<|big|>")});
+    j = s.build();
+    j["added_tokens"][1]["id"] = c.id;
+    const std::string added = dir.write("added.json", j.dump());
+    err = load_error(added, &largest);
+    EXPECT_NE(err.find(added), std::string::npos) << err;
+    EXPECT_NE(err.find("added_tokens[1].id"), std::string::npos) << err;
+    EXPECT_NE(err.find("token '<|big|>'"), std::string::npos) << err;
+    EXPECT_NE(err.find(" " + c.needle), std::string::npos) << err;
+    EXPECT_LT(largest, kSmall);
+  }
+}
+
+// Gaps in the id range stay allowed (specials at 300 after 265 tokens; tiktoken conversions skip
+// ids): up to twice the file's token count plus 65536.
+TEST(TokenizerErrors, IdGapsUpToTheBoundLoad) {
+  Spec s = hello_spec();  // 265 vocab tokens
+  const int tokens = 265 + 1, limit = 2 * tokens + 65536;
+  s.added = json::array({added_token(limit - 1, "<|far|>")});
+  auto t = load(s.build());
+  EXPECT_EQ(t->vocab_size(), limit);
+  EXPECT_EQ(t->encode("a<|far|>"), (Ids{'a', limit - 1}));
+  EXPECT_EQ(t->decode(Ids{264, limit - 1}), " world<|far|>");
+  s.added[0]["id"] = limit;
+  TempDir dir;
+  expect_error(dir.write("t.json", s.build().dump()), "below " + std::to_string(limit));
 }
 
 // ---------------------------------------------------------------------------------------------

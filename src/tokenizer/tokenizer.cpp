@@ -249,8 +249,8 @@ void split_pieces(std::string_view text, const std::vector<std::pair<size_t, siz
 // Token ids index dense per-id tables (what each id decodes to, whether it is known or special),
 // so an id may not run far past the number of tokens the file defines: an id of 1e9 would size
 // them at gigabytes before anything else failed. Gaps in the id range are real (tiktoken
-// conversions skip ids, reserved ranges, this repo's test files put specials at 300), so ids may
-// go as far again as there are tokens, plus 65536: tables stay proportional to the file.
+// conversions skip ids, reserved ranges, this repo's test files put specials at 300 or 70000), so
+// ids may go as far again as there are tokens, plus 2^20 (tens of MB of tables at most).
 struct IdBound {
   int64_t tokens = 0;  // vocab entries + added tokens in the file
   int64_t limit = 0;   // ids must be below this
@@ -261,7 +261,7 @@ IdBound id_bound(const json& root) {
   if (auto m = root.find("model"); m != root.end() && m->is_object())
     if (auto v = m->find("vocab"); v != m->end() && v->is_object()) b.tokens += static_cast<int64_t>(v->size());
   if (auto a = root.find("added_tokens"); a != root.end() && a->is_array()) b.tokens += static_cast<int64_t>(a->size());
-  b.limit = std::min<int64_t>(2 * b.tokens + 65536, int64_t(INT32_MAX) + 1);
+  b.limit = std::min<int64_t>(2 * b.tokens + (int64_t(1) << 20), int64_t(INT32_MAX) + 1);
   return b;
 }
 

@@ -1,5 +1,8 @@
 #include "cli/args.h"
 
+#include <cctype>
+#include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -82,20 +85,54 @@ std::string Args::str(const std::string& name) const {
   return *v;
 }
 
-int64_t Args::integer(const std::string& name) const {
-  std::string v = str(name);
+namespace {
+
+// Parses a whole decimal integer; false when it is not one or does not fit in int64.
+bool parse_int64(const std::string& v, int64_t& out) {
+  if (v.empty() || std::isspace(static_cast<unsigned char>(v[0]))) return false;
+  errno = 0;
   char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end) fail("flag --", name, " expects an integer, got '", v, "'");
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (*end || errno == ERANGE) return false;
+  out = x;
+  return true;
+}
+
+}  // namespace
+
+int64_t Args::integer(const std::string& name, int64_t min, int64_t max) const {
+  const std::string v = str(name);
+  int64_t x = 0;
+  if (!parse_int64(v, x)) fail("flag --", name, " expects an integer from ", min, " to ", max, ", got '", v, "'");
+  if (x < min || x > max) fail("flag --", name, " must be from ", min, " to ", max, ", got ", v);
   return x;
 }
 
-double Args::number(const std::string& name) const {
-  std::string v = str(name);
+double Args::number(const std::string& name, double min, double max) const {
+  const std::string v = str(name);
   char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end) fail("flag --", name, " expects a number, got '", v, "'");
+  const double x = v.empty() || std::isspace(static_cast<unsigned char>(v[0])) ? 0.0 : std::strtod(v.c_str(), &end);
+  if (v.empty() || !end || *end || !std::isfinite(x))
+    fail("flag --", name, " expects a finite number from ", min, " to ", max, ", got '", v, "'");
+  if (x < min || x > max) fail("flag --", name, " must be from ", min, " to ", max, ", got ", v);
   return x;
+}
+
+std::vector<int> Args::int_list(const std::string& name, int min, int max) const {
+  const std::string s = str(name);
+  std::vector<int> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    size_t comma = s.find(',', start);
+    if (comma == std::string::npos) comma = s.size();
+    const std::string item = s.substr(start, comma - start);
+    int64_t x = 0;
+    if (!parse_int64(item, x) || x < min || x > max)
+      fail("flag --", name, " expects integers from ", min, " to ", max, " separated by commas, got '", s, "'");
+    out.push_back(int(x));
+    start = comma + 1;
+  }
+  return out;
 }
 
 }  // namespace dspark

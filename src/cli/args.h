@@ -1,12 +1,17 @@
 // Args: a small command-line parser for `dspark <command> --flag value ...`.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace dspark {
+
+// Common upper bounds for integer flags.
+inline constexpr int64_t kFlagIntMax = 2147483647;           // values stored in int
+inline constexpr int64_t kFlagInt64Max = 9223372036854775807;  // seeds, counts stored in int64
 
 class Args {
  public:
@@ -24,8 +29,14 @@ class Args {
   bool on(const std::string& name) const;   // a boolean switch that was given
   std::string str(const std::string& name) const;  // throws if absent and no default
   std::optional<std::string> opt(const std::string& name) const;
-  int64_t integer(const std::string& name) const;  // throws Error naming the flag if not an integer
-  double number(const std::string& name) const;
+  // An integer flag in [min, max]. Every integer flag is read through here, so a value that is
+  // not a decimal integer, overflows, or lies out of range is refused naming the flag and the
+  // range (never narrowed: int(integer(...)) is safe for ranges inside int).
+  int64_t integer(const std::string& name, int64_t min, int64_t max) const;
+  // A finite number in [min, max] (nan and inf are refused, naming the flag).
+  double number(const std::string& name, double min, double max) const;
+  // A comma-separated list of integers, each in [min, max], at least one.
+  std::vector<int> int_list(const std::string& name, int min, int max) const;
   // Every value of a flag that may be repeated (--stop a --stop b), in order.
   std::vector<std::string> list(const std::string& name) const;
 

@@ -14,6 +14,7 @@
 #include "kernels/gemm.h"
 #include "core/mmap_file.h"
 #include "model/forward.h"
+#include "runtime/context_limit.h"
 #include "runtime/generate.h"
 #include "runtime/spec_generate.h"
 #include "runtime/step_profile.h"
@@ -24,20 +25,6 @@
 namespace dspark {
 
 namespace {
-
-std::vector<int> int_list(const std::string& flag, const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    char* end = nullptr;
-    long x = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end || x <= 0) fail("flag --", flag, " expects positive integers separated by commas, got '", s, "'");
-    v.push_back(int(x));
-  }
-  if (v.empty()) fail("flag --", flag, " is empty");
-  return v;
-}
 
 int bench_step(int argc, char** argv) {
   Args args;
@@ -60,13 +47,10 @@ int bench_step(int argc, char** argv) {
     return 0;
   }
   const DType dtype = apply_runtime_flags(args);
-  const std::string g = args.str("gemm");
-  if (g == "auto") set_gemm_backend(GemmBackend::Auto);
-  else if (g == "avx2") set_gemm_backend(GemmBackend::Avx2);
-  else if (g == "avx512bf16") set_gemm_backend(GemmBackend::Avx512Bf16);
-  else if (g == "onednn") set_gemm_backend(GemmBackend::OneDnn);
-  else if (g == "reference") set_gemm_backend(GemmBackend::Reference);
-  else fail("flag --gemm must be auto, avx2, avx512bf16, onednn or reference");
+  const GemmBackend g = gemm_backend_from_name(args.str("gemm"), "flag --gemm");
+  if (g != GemmBackend::Auto && !gemm_backend_available(g))
+    fail("flag --gemm ", args.str("gemm"), ": this CPU cannot run it (", cpu_features().describe(), ")");
+  set_gemm_backend(g);
   if (args.on("model") == args.on("shape")) fail("give exactly one of --model and --shape");
   std::unique_ptr<Model> model;
   std::string name;
@@ -78,18 +62,19 @@ int bench_step(int argc, char** argv) {
     model = Model::build(shape_config(name), *random_source(7), LoadOptions{dtype});
   }
   StepProfileOptions opt;
-  opt.contexts = int_list("contexts", args.str("contexts"));
-  opt.batches = int_list("batches", args.str("batches"));
-  opt.tokens = int_list("tokens", args.str("tokens"));
-  opt.reps = int(args.integer("reps"));
+  opt.contexts = args.int_list("contexts", 1, 1 << 24);
+  opt.batches = args.int_list("batches", 1, 4096);
+  opt.tokens = args.int_list("tokens", 1, 4096);
+  opt.reps = int(args.integer("reps", 1, 100000));
   opt.kv_dtype = dtype;
+  const int prefill_tokens = int(args.integer("prefill-tokens", 0, 1 << 24));
+  check_step_profile(model->config(), opt, prefill_tokens);
   const bool json = args.on("json");
   if (!json)
     std::fprintf(stderr, "bench step: %s, %s weights, %d threads, gemm %s, %s\n", name.c_str(), dtype_name(dtype),
                  num_threads(), gemm_backend_name(gemm_backend()), cpu_features().describe().c_str());
   const double bw = measure_read_bandwidth();
   auto points = profile_steps(*model, opt);
-  const int prefill_tokens = int(args.integer("prefill-tokens"));
   const double prefill = prefill_tokens > 0 ? profile_prefill(*model, prefill_tokens, 512, dtype) : 0;
   const size_t wbytes = streamed_weight_bytes(*model);
   const ModelConfig& c = model->config();
@@ -154,7 +139,7 @@ int bench_memory(int argc, char** argv) {
     std::cout << args.usage("bench memory", "Measures DRAM read bandwidth on the compute threads.");
     return 0;
   }
-  set_num_threads(int(args.integer("threads")));
+  set_num_threads(int(args.integer("threads", 0, 1024)));
   const double bw = measure_read_bandwidth();
   if (args.on("json")) std::cout << nlohmann::json{{"threads", num_threads()}, {"dram_read_gb_s", bw / 1e9}}.dump() << "\n";
   else std::printf("DRAM read bandwidth: %.1f GB/s with %d threads\n", bw / 1e9, num_threads());
@@ -202,14 +187,11 @@ int bench_spec(int argc, char** argv) {
   args.flag("model", "target model directory")
       .flag("speculative-config", "vLLM-style speculative config JSON")
       .flag("prompts", "JSONL prompts (MT-Bench / Spec-Bench format, or dspark corpus prompts)")
-      .flag("max-tokens", "tokens generated per prompt", true, "128")
-      .flag("temperature", "sampling temperature (0: greedy)", true, "0")
-      .flag("top-p", "nucleus sampling mass", true, "1")
-      .flag("top-k", "top-k (0: off)", true, "0")
-      .flag("seed", "random seed", true, "0")
       .flag("limit", "use the first K prompts (0: all)", true, "0")
       .flag("raw", "use the prompt text as is, without the chat template", false)
       .flag("json", "print JSON", false);
+  add_length_flags(args, "128");
+  add_sampling_flags(args, SamplingParams{});
   add_runtime_flags(args);
   args.parse(argc, argv);
   if (args.help_requested()) {
@@ -221,20 +203,17 @@ int bench_spec(int argc, char** argv) {
   }
   const DType dtype = apply_runtime_flags(args);
   const std::string dir = args.str("model");
+  GenerateParams gp;
+  length_from_flags(args, gp);
+  gp.sampling = sampling_from_flags(args);
+  const int limit = int(args.integer("limit", 0, kFlagIntMax));
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, LoadOptions{dtype});
   const ModelConfig& cfg = model->config();
   SpecConfig spec = SpecConfig::parse(args.str("speculative-config"));
   auto drafter = load_drafter(spec, *model, dtype);
   auto policy = make_verify_policy(spec, *model, dtype);
-  auto prompts = read_prompts(args.str("prompts"), int(args.integer("limit")));
-  GenerateParams gp;
-  gp.max_tokens = int(args.integer("max-tokens"));
-  gp.sampling.temperature = float(args.number("temperature"));
-  gp.sampling.top_p = float(args.number("top-p"));
-  gp.sampling.top_k = int(args.integer("top-k"));
-  gp.sampling.seed = uint64_t(args.integer("seed"));
-  gp.sampling.validate();
+  auto prompts = read_prompts(args.str("prompts"), limit);
   gp.stop_token_ids = cfg.eos_token_ids;
   const bool raw = args.on("raw");
   std::optional<ChatFormat> fmt;
@@ -257,12 +236,23 @@ int bench_spec(int argc, char** argv) {
   auto encode = [&](const std::string& text) {
     return raw ? tok->encode(text, true) : tok->encode(apply_chat_template(*fmt, {{"user", text}}, true));
   };
+  // Every prompt is encoded and checked against the length limit before any work.
+  std::vector<std::vector<int32_t>> encoded;
+  const int max_model_len = resolve_max_model_len(cfg, gp.max_model_len);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    encoded.push_back(encode(prompts[i].text));
+    try {
+      check_prompt_length(int64_t(encoded.back().size()), max_model_len);
+    } catch (const Error& e) {
+      fail(args.str("prompts"), ": prompt ", i + 1, " (", prompts[i].category, "): ", e.what());
+    }
+  }
   if (!prompts.empty()) {
     // Warm-up, untimed: the first prompt once each way, so that one-off costs (the first touch of
     // the target's and the drafter's KV pages, about 0.15 s on the demo target) land in neither
     // side's figures. The prefix scheduler may learn from this run's drafting time; it would from
     // the first timed prompt anyway.
-    const std::vector<int32_t> ids = encode(prompts[0].text);
+    const std::vector<int32_t>& ids = encoded[0];
     GenerateParams wp = gp;
     wp.max_tokens = std::min(gp.max_tokens, 32);
     for (int side = 0; side < 2; ++side) {
@@ -275,7 +265,7 @@ int bench_spec(int argc, char** argv) {
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto& p = prompts[i];
-    const std::vector<int32_t> ids = encode(p.text);
+    const std::vector<int32_t>& ids = encoded[i];
     int seq = kv.create_sequence();
     GenerateResult plain = generate(fwd, seq, *tok, ids, gp);
     kv.free_sequence(seq);

@@ -24,13 +24,13 @@ int cmd_calibrate(int argc, char** argv) {
       .flag("drafter", "DSpark drafter directory (its config.json receives the temperatures)")
       .flag("prompts", "held-out prompts, JSONL with a \"prompt\" string or \"turns\" list")
       .flag("limit", "prompts to use (0: all)", true, "64")
-      .flag("max-tokens", "tokens generated per prompt", true, "128")
       .flag("temperature", "sampling temperature of the runs", true, "1")
       .flag("draft-sample", "greedy or probabilistic", true, "probabilistic")
       .flag("rejection", "standard or block", true, "standard")
       .flag("seed", "random seed", true, "0")
       .flag("dry-run", "report only; do not write the temperatures", false)
       .flag("json", "print the report as JSON", false);
+  add_length_flags(args, "128");
   add_runtime_flags(args);
   args.parse(argc, argv);
   if (args.help_requested()) {
@@ -43,11 +43,21 @@ int cmd_calibrate(int argc, char** argv) {
   }
   const DType dtype = apply_runtime_flags(args);
   const std::string target_dir = args.str("model"), drafter_dir = args.str("drafter");
+  const std::string draft_sample = args.str("draft-sample"), rejection = args.str("rejection");
+  if (draft_sample != "greedy" && draft_sample != "probabilistic")
+    fail("flag --draft-sample must be greedy or probabilistic, got '", draft_sample, "'");
+  if (rejection != "standard" && rejection != "block")
+    fail("flag --rejection must be standard or block, got '", rejection, "'");
+  GenerateParams gp;
+  length_from_flags(args, gp);
+  gp.sampling.temperature = float(args.number("temperature", 0, 1e6));
+  const int64_t limit = args.integer("limit", 0, kFlagInt64Max);
+  const uint64_t seed = uint64_t(args.integer("seed", 0, kFlagInt64Max));
   auto tok = Tokenizer::from_dir(target_dir);
   auto model = Model::load(target_dir, LoadOptions{dtype});
   const ModelConfig& cfg = model->config();
-  nlohmann::json spec_json = {{"method", "dspark"}, {"model", drafter_dir}, {"draft_sample_method", args.str("draft-sample")},
-                              {"rejection_sample_method", args.str("rejection")}};
+  nlohmann::json spec_json = {{"method", "dspark"}, {"model", drafter_dir}, {"draft_sample_method", draft_sample},
+                              {"rejection_sample_method", rejection}};
   SpecConfig spec = SpecConfig::parse(spec_json.dump());
   auto drafter = load_drafter(spec, *model, dtype);
   if (!drafter->has_confidence()) fail(drafter_dir, ": the drafter has no confidence head to calibrate");
@@ -58,7 +68,6 @@ int cmd_calibrate(int argc, char** argv) {
   {
     const std::string text = read_text_file(args.str("prompts"));
     size_t start = 0;
-    const int64_t limit = args.integer("limit");
     while (start < text.size() && (limit <= 0 || int64_t(prompts.size()) < limit)) {
       size_t end = text.find('\n', start);
       if (end == std::string::npos) end = text.size();
@@ -73,9 +82,6 @@ int cmd_calibrate(int argc, char** argv) {
     }
     if (prompts.empty()) fail(args.str("prompts"), ": no prompts");
   }
-  GenerateParams gp;
-  gp.max_tokens = int(args.integer("max-tokens"));
-  gp.sampling.temperature = float(args.number("temperature"));
   gp.stop_token_ids = cfg.eos_token_ids;
   const ChatFormat fmt = detect_chat_format(*tok);
   for (int32_t id : chat_stop_tokens(*tok, fmt)) gp.stop_token_ids.push_back(id);
@@ -85,10 +91,14 @@ int cmd_calibrate(int argc, char** argv) {
   SpecMetrics m;
   m.record_rounds = true;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    gp.sampling.seed = uint64_t(args.integer("seed")) * 1000003ull + i;
+    gp.sampling.seed = seed * 1000003ull + i;
     auto ids = tok->encode(apply_chat_template(fmt, {{"user", prompts[i]}}, true));
     const int seq = kv.create_sequence();
-    spec_generate(fwd, seq, *tok, ids, gp, *drafter, spec, full, m);
+    try {
+      spec_generate(fwd, seq, *tok, ids, gp, *drafter, spec, full, m);
+    } catch (const Error& e) {
+      fail(args.str("prompts"), ": prompt ", i + 1, ": ", e.what());
+    }
     kv.free_sequence(seq);
     std::fprintf(stderr, "calibrate: %zu/%zu prompts, %zu rounds\r", i + 1, prompts.size(), m.round_records.size());
   }

@@ -62,13 +62,10 @@ int corpus_build(int argc, char** argv) {
   if (!args.opt("out")) fail("corpus build: --out DIR is required");
   data::CorpusOptions opt;
   opt.out_dir = args.str("out");
-  const int64_t seed = args.integer("seed");
-  if (seed < 0) fail("flag --seed must not be negative");
-  opt.seed = uint64_t(seed);
-  opt.max_mb = args.number("max-mb");
-  if (!(opt.max_mb > 0)) fail("flag --max-mb must be positive");
+  opt.seed = uint64_t(args.integer("seed", 0, kFlagInt64Max));
+  opt.max_mb = args.number("max-mb", 1e-6, 1e7);
   if (auto d = args.opt("domains")) opt.domains = split_list(*d);
-  opt.prompts_per_domain = int(args.integer("prompts"));
+  opt.prompts_per_domain = int(args.integer("prompts", 0, 1000000));
   opt.install = !args.on("no-install");
   opt.force = args.on("force");
   opt.log = log_line;
@@ -118,7 +115,7 @@ int corpus_tokenize(int argc, char** argv) {
   opt.corpus_dir = args.str("corpus");
   opt.tokenizer_file = args.str("tokenizer");
   opt.out_dir = args.str("out");
-  opt.threads = int(args.integer("threads"));
+  opt.threads = int(args.integer("threads", 0, 1024));
   opt.update_corpus_manifest = !args.on("no-corpus-update");
   opt.log = log_line;
   const auto r = data::tokenize_corpus(opt);

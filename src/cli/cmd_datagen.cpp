@@ -25,24 +25,9 @@ namespace fs = std::filesystem;
 
 std::string abs_path(const std::string& p) { return fs::weakly_canonical(fs::absolute(p)).string(); }
 
-std::vector<int> parse_layer_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) {
-    char* end = nullptr;
-    const long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end) fail("flag --layers expects comma-separated layer ids (e.g. 1,3,4), got '", s, "'");
-    out.push_back(int(v));
-  }
-  if (out.empty()) fail("flag --layers is empty");
-  return out;
-}
-
 int64_t limit_flag(const Args& args) {
   if (!args.on("limit")) return -1;
-  const int64_t v = args.integer("limit");
-  if (v < 0) fail("flag --limit must not be negative");
-  return v;
+  return args.integer("limit", 0, kFlagInt64Max);
 }
 
 int regenerate_cmd(int argc, char** argv) {
@@ -56,13 +41,14 @@ int regenerate_cmd(int argc, char** argv) {
       .flag("sample", "answer N prompts spread evenly over the source instead of the first N (the source's "
                       "kinds in their proportions when it is grouped by kind; deterministic, so a rerun resumes)")
       .flag("max-tokens", "response tokens at most per turn", true, "384")
-      .flag("temperature", "sampling temperature (0: greedy)", true, "0.7")
-      .flag("top-p", "nucleus sampling mass", true, "0.8")
-      .flag("top-k", "keep only the k most likely tokens (0: off)", true, "20")
-      .flag("min-p", "drop tokens below min-p times the most likely one", true, "0")
-      .flag("seed", "random seed; prompt p samples from stream (seed, p's id)", true, "0")
       .flag("batch", "prompts generated at once (continuous batching)", true, "16")
       .flag("no-progress", "no progress bar on stderr", false);
+  // The recipe's sampling (Qwen3's recommended settings); prompt p samples from stream (seed, p's id).
+  SamplingParams recipe;
+  recipe.temperature = 0.7f;
+  recipe.top_p = 0.8f;
+  recipe.top_k = 20;
+  add_sampling_flags(args, recipe);
   add_runtime_flags(args);
   args.parse(argc, argv);
   if (args.help_requested()) {
@@ -81,17 +67,9 @@ int regenerate_cmd(int argc, char** argv) {
   if (args.on("corpus") == args.on("prompts")) fail("give exactly one of --corpus and --prompts");
 
   datagen::RegenOptions opt;
-  opt.sampling.temperature = float(args.number("temperature"));
-  opt.sampling.top_p = float(args.number("top-p"));
-  opt.sampling.top_k = int(args.integer("top-k"));
-  opt.sampling.min_p = float(args.number("min-p"));
-  opt.sampling.seed = uint64_t(args.integer("seed"));
-  opt.sampling.validate();
-  opt.max_tokens = int(args.integer("max-tokens"));
-  if (opt.max_tokens < 1) fail("flag --max-tokens must be at least 1");
-  const int64_t batch = args.integer("batch");
-  if (batch < 1 || batch > 4096) fail("flag --batch must be between 1 and 4096");
-  opt.batch = int(batch);
+  opt.sampling = sampling_from_flags(args);
+  opt.max_tokens = int(args.integer("max-tokens", 1, kFlagIntMax));
+  opt.batch = int(args.integer("batch", 1, 4096));
   opt.limit = limit_flag(args);
   opt.progress = !args.on("no-progress");
 
@@ -106,8 +84,7 @@ int regenerate_cmd(int argc, char** argv) {
   }
   if (args.on("sample")) {
     if (args.on("limit")) fail("give at most one of --limit and --sample");
-    const int64_t n = args.integer("sample");
-    if (n < 1) fail("flag --sample must be at least 1, got ", n);
+    const int64_t n = args.integer("sample", 1, kFlagInt64Max);
     prompts = datagen::spread_sample(std::move(prompts), n);
     source["sample"] = n;  // part of the settings: resuming with another sample is refused
   }
@@ -119,10 +96,10 @@ int regenerate_cmd(int argc, char** argv) {
                   {"dtype", dtype_name(dtype)},
                   {"source", source},
                   {"max_tokens", opt.max_tokens},
-                  {"temperature", args.number("temperature")},
-                  {"top_p", args.number("top-p")},
+                  {"temperature", args.number("temperature", 0, 1e6)},
+                  {"top_p", args.number("top-p", 0, 1)},
                   {"top_k", opt.sampling.top_k},
-                  {"min_p", args.number("min-p")},
+                  {"min_p", args.number("min-p", 0, 1)},
                   {"seed", opt.sampling.seed}};
   const datagen::RegenStats st = datagen::regenerate(*model, *tok, prompts, out, opt);
   const double tok_s = st.seconds > 0 ? double(st.response_tokens) / st.seconds : 0;
@@ -160,14 +137,10 @@ int hidden_cmd(int argc, char** argv) {
   const std::string dir = args.str("model");
   if (args.on("layers") == args.on("drafter")) fail("give exactly one of --layers and --drafter");
   datagen::HiddenOptions opt;
-  opt.layer_ids = args.on("layers") ? parse_layer_list(args.str("layers"))
+  opt.layer_ids = args.on("layers") ? args.int_list("layers", -1, 1 << 20)
                                     : DrafterConfig::load(args.str("drafter")).target_layer_ids;
-  const int64_t shard = args.integer("shard-size");
-  if (shard < 1 || shard > 1000000) fail("flag --shard-size must be between 1 and 1000000");
-  opt.shard_size = int(shard);
-  const int64_t mbt = args.integer("max-batch-tokens");
-  if (mbt < 1 || mbt > 1 << 20) fail("flag --max-batch-tokens must be between 1 and 1048576");
-  opt.max_batch_tokens = int(mbt);
+  opt.shard_size = int(args.integer("shard-size", 1, 1000000));
+  opt.max_batch_tokens = int(args.integer("max-batch-tokens", 1, 1 << 20));
   opt.limit = limit_flag(args);
   opt.progress = !args.on("no-progress");
   opt.target_path = abs_path(dir);

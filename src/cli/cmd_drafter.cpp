@@ -45,8 +45,7 @@ int reduce_vocab_cmd(int argc, char** argv) {
     return 0;
   }
   const std::string target_dir = args.str("model"), drafter_dir = args.str("drafter");
-  const int64_t size = args.integer("size");
-  if (size < 1) fail("flag --size must be at least 1, got ", size);
+  const int64_t size = args.integer("size", 1, kFlagIntMax);
   auto model = Model::load(target_dir, LoadOptions{DType::F32});
   const ModelConfig& c = model->config();
   const int V = c.vocab_size;

@@ -23,16 +23,12 @@ int cmd_generate(int argc, char** argv) {
       .flag("prompt-file", "read the prompt from this file")
       .flag("chat", "wrap the prompt in the model's chat template", false)
       .flag("system", "system message for --chat")
-      .flag("max-tokens", "tokens to generate at most", true, "128")
-      .flag("temperature", "sampling temperature (0: greedy)", true, "0")
-      .flag("top-p", "nucleus sampling mass", true, "1")
-      .flag("top-k", "keep only the k most likely tokens (0: off)", true, "0")
-      .flag("min-p", "drop tokens below min-p times the most likely one", true, "0")
-      .flag("seed", "random seed", true, "0")
       .flag("stop", "stop before this string (repeatable)")
       .flag("kv-tokens", "KV cache capacity in tokens", true, "32768")
       .flag("speculative-config", "vLLM-style JSON: {\"method\": \"dspark\", \"model\": DIR, \"num_speculative_tokens\": 8, ...}")
       .flag("json", "print one JSON object instead of streaming text", false);
+  add_length_flags(args, "128");
+  add_sampling_flags(args, SamplingParams{});
   add_runtime_flags(args);
   args.parse(argc, argv);
   if (args.help_requested()) {
@@ -41,9 +37,14 @@ int cmd_generate(int argc, char** argv) {
   }
   const DType dtype = apply_runtime_flags(args);
   const std::string dir = args.str("model");
-  std::string prompt_text;
   if (args.on("prompt") == args.on("prompt-file")) fail("give exactly one of --prompt and --prompt-file");
-  prompt_text = args.on("prompt") ? args.str("prompt") : read_text_file(args.str("prompt-file"));
+  if (args.on("system") && !args.on("chat")) fail("flag --system needs --chat (the system message goes into the chat template)");
+  GenerateParams gp;
+  length_from_flags(args, gp);
+  gp.sampling = sampling_from_flags(args);
+  gp.stop_strings = args.list("stop");
+  const int64_t kv_tokens = args.integer("kv-tokens", kKvBlock, int64_t(1) << 28);
+  const std::string prompt_text = args.on("prompt") ? args.str("prompt") : read_text_file(args.str("prompt-file"));
 
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, LoadOptions{dtype});
@@ -51,15 +52,6 @@ int cmd_generate(int argc, char** argv) {
   if (tok->vocab_size() > cfg.vocab_size)
     fail(dir, ": tokenizer.json has ", tok->vocab_size(), " tokens but config.json vocab_size is ", cfg.vocab_size);
 
-  GenerateParams gp;
-  gp.max_tokens = int(args.integer("max-tokens"));
-  gp.sampling.temperature = float(args.number("temperature"));
-  gp.sampling.top_p = float(args.number("top-p"));
-  gp.sampling.top_k = int(args.integer("top-k"));
-  gp.sampling.min_p = float(args.number("min-p"));
-  gp.sampling.seed = uint64_t(args.integer("seed"));
-  gp.sampling.validate();
-  gp.stop_strings = args.list("stop");
   gp.stop_token_ids = cfg.eos_token_ids;
 
   std::vector<int32_t> prompt;
@@ -73,11 +65,12 @@ int cmd_generate(int argc, char** argv) {
   } else {
     prompt = tok->encode(prompt_text, /*add_special_tokens=*/true);
   }
-  if (prompt.empty()) fail("the prompt encodes to no tokens");
+  if (prompt.empty()) fail(args.on("prompt") ? "flag --prompt" : "flag --prompt-file", ": the prompt encodes to no tokens");
 
-  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype, args.integer("kv-tokens"));
+  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype, kv_tokens);
   Forward fwd(*model, kv);
   const int seq = kv.create_sequence();
+  output_budget(fwd, seq, prompt.size(), gp);  // refuses a prompt over the limits before the drafter loads
   const bool json_out = args.on("json");
   auto stream = [&](const std::string& piece) {
     if (!json_out) {

@@ -66,7 +66,8 @@ int model_init(int argc, char** argv) {
       .flag("out", "directory to write")
       .flag("seed", "random seed", true, "0")
       .flag("std", "standard deviation of the random matrices", true, "0.02")
-      .flag("dtype", "stored weight type: bf16 or f32", true, "bf16");
+      .flag("dtype", "stored weight type: bf16 or f32", true, "bf16")
+      .flag("force", "overwrite a model already in --out", false);
   args.parse(argc, argv);
   if (args.help_requested()) {
     std::cout << args.usage("model init",
@@ -85,7 +86,12 @@ int model_init(int argc, char** argv) {
   auto dt = dtype_from_flag(args.str("dtype"));
   if (!dt) fail("flag --dtype must be bf16 or f32");
   const std::string out = args.str("out");
-  save_model_dir(cfg, *random_source(uint64_t(args.integer("seed")), float(args.number("std"))), out, *dt);
+  const uint64_t seed = uint64_t(args.integer("seed", 0, kFlagInt64Max));
+  const float std_dev = float(args.number("std", 0, 100));
+  for (const char* f : {"config.json", "model.safetensors", "model.safetensors.index.json", "tokenizer.json"})
+    if (std::filesystem::exists(std::filesystem::path(out) / f) && !args.on("force"))
+      fail("flag --out: ", out, " already holds a model (", f, "); give --force to overwrite it");
+  save_model_dir(cfg, *random_source(seed, std_dev), out, *dt);
   std::string tok = byte_level_tokenizer(specials).dump(1) + "\n";
   write_file_atomic((std::filesystem::path(out) / "tokenizer.json").string(), tok.data(), tok.size());
   Tokenizer::from_dir(out);  // what we wrote must load

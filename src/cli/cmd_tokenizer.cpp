@@ -50,15 +50,12 @@ void parse_expanded(Args& args, int argc, char** argv) {
 }
 
 void apply_threads(const Args& args) {
-  const int64_t threads = args.integer("threads");
-  if (threads < 0 || threads > 1024) fail("flag --threads must be between 0 and 1024");
-  set_num_threads(static_cast<int>(threads));
+  set_num_threads(static_cast<int>(args.integer("threads", 0, 1024)));
 }
 
 int64_t max_bytes_flag(const Args& args) {
   if (!args.has("max-mb")) return 0;
-  const double mb = args.number("max-mb");
-  if (mb <= 0) fail("flag --max-mb must be positive");
+  const double mb = args.number("max-mb", 1e-6, 1e7);
   return static_cast<int64_t>(mb * 1e6);
 }
 
@@ -107,13 +104,12 @@ int tokenizer_train(int argc, char** argv) {
   }
   apply_threads(args);
   BpeTrainOptions opt;
-  opt.vocab_size = static_cast<int>(args.integer("vocab-size"));
-  opt.min_frequency = args.integer("min-frequency");
-  opt.reserved_tokens = static_cast<int>(args.integer("reserved"));
-  opt.model_max_length = args.integer("model-max-length");
+  opt.vocab_size = static_cast<int>(args.integer("vocab-size", 1, int64_t{1} << 24));
+  opt.min_frequency = args.integer("min-frequency", 1, kFlagInt64Max);
+  opt.reserved_tokens = static_cast<int>(args.integer("reserved", 0, int64_t{1} << 20));
+  opt.model_max_length = args.integer("model-max-length", 1, kFlagInt64Max);
   opt.max_bytes = max_bytes_flag(args);
   opt.progress = !args.on("quiet");
-  if (args.integer("vocab-size") > (int64_t{1} << 24)) fail("flag --vocab-size is too large");
   const std::string out = args.str("out");
   const std::vector<BpeTrainInput> inputs = inputs_from_flags(args, "train");
 

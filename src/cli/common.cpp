@@ -1,7 +1,10 @@
 #include "cli/common.h"
 
+#include <sstream>
+
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/gemm.h"
 
 namespace dspark {
 
@@ -13,10 +16,47 @@ void add_runtime_flags(Args& args) {
 DType apply_runtime_flags(const Args& args) {
   auto dt = dtype_from_flag(args.str("dtype"));
   if (!dt) fail("flag --dtype must be bf16 or f32, got '", args.str("dtype"), "'");
-  const int64_t threads = args.integer("threads");
-  if (threads < 0 || threads > 1024) fail("flag --threads must be between 0 and 1024");
-  set_num_threads(int(threads));
+  set_num_threads(int(args.integer("threads", 0, 1024)));
+  gemm_backend();  // resolves DSPARK_GEMM now: a bad value is refused before any work
   return *dt;
+}
+
+namespace {
+std::string number_text(double x) {
+  std::ostringstream os;
+  os << x;
+  return os.str();
+}
+}  // namespace
+
+void add_sampling_flags(Args& args, const SamplingParams& d) {
+  args.flag("temperature", "sampling temperature (0: greedy)", true, number_text(d.temperature))
+      .flag("top-p", "nucleus sampling mass, in (0, 1]", true, number_text(d.top_p))
+      .flag("top-k", "keep only the k most likely tokens (0: off)", true, std::to_string(d.top_k))
+      .flag("min-p", "drop tokens below min-p times the most likely one", true, number_text(d.min_p))
+      .flag("seed", "random seed", true, std::to_string(d.seed));
+}
+
+SamplingParams sampling_from_flags(const Args& args) {
+  SamplingParams p;
+  p.temperature = float(args.number("temperature", 0, 1e6));
+  p.top_p = float(args.number("top-p", 0, 1));
+  if (p.top_p <= 0.f) fail("flag --top-p must be in (0, 1], got ", args.str("top-p"));
+  p.top_k = int(args.integer("top-k", 0, kFlagIntMax));
+  p.min_p = float(args.number("min-p", 0, 1));
+  p.seed = uint64_t(args.integer("seed", 0, kFlagInt64Max));
+  p.validate();
+  return p;
+}
+
+void add_length_flags(Args& args, const std::string& default_max_tokens) {
+  args.flag("max-tokens", "tokens to generate at most per prompt", true, default_max_tokens)
+      .flag("max-model-len", "prompt + output tokens at most (0: the model's max_position_embeddings)", true, "0");
+}
+
+void length_from_flags(const Args& args, GenerateParams& params) {
+  params.max_tokens = int(args.integer("max-tokens", 0, kFlagIntMax));
+  params.max_model_len = int(args.integer("max-model-len", 0, kFlagIntMax));
 }
 
 }  // namespace dspark

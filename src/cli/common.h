@@ -6,6 +6,8 @@
 
 #include "cli/args.h"
 #include "model/model.h"
+#include "runtime/generate.h"
+#include "sample/sampler.h"
 
 namespace dspark {
 
@@ -13,5 +15,16 @@ namespace dspark {
 void add_runtime_flags(Args& args);
 // Applies --threads and returns the weight dtype chosen by --dtype.
 DType apply_runtime_flags(const Args& args);
+
+// Declares --temperature, --top-p, --top-k, --min-p and --seed with `defaults`.
+void add_sampling_flags(Args& args, const SamplingParams& defaults);
+// Reads them, range-checked (each error names its flag).
+SamplingParams sampling_from_flags(const Args& args);
+
+// Declares --max-model-len (prompt + output tokens at most; 0: the config's
+// max_position_embeddings) and --max-tokens with `default_max_tokens`.
+void add_length_flags(Args& args, const std::string& default_max_tokens);
+// Reads them into params (max_model_len is checked against the config when generation starts).
+void length_from_flags(const Args& args, GenerateParams& params);
 
 }  // namespace dspark

@@ -1,8 +1,11 @@
 #include "core/thread_pool.h"
 
+#include "core/error.h"
+
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <condition_variable>
 #include <mutex>
@@ -156,11 +159,21 @@ bool in_parallel_region() { return t_in_task; }
 
 }  // namespace detail
 
+int env_thread_count() {
+  const char* env = std::getenv("DSPARK_THREADS");
+  if (!env || !*env) return 0;
+  errno = 0;
+  char* end = nullptr;
+  const long v = std::strtol(env, &end, 10);
+  if (*end || errno == ERANGE || v < 0 || v > 1024)
+    fail("environment variable DSPARK_THREADS must be an integer from 0 to 1024 (0: every core), got '", env, "'");
+  return int(v);
+}
+
 void set_num_threads(int n) {
   if (n <= 0) {
     // Default: DSPARK_THREADS if set, else every core.
-    const char* env = std::getenv("DSPARK_THREADS");
-    n = env ? std::atoi(env) : 0;
+    n = env_thread_count();
     if (n <= 0) n = int(std::max(1u, std::thread::hardware_concurrency()));
   }
   std::lock_guard<std::mutex> lock(detail::g_pool_mu);

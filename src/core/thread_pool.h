@@ -13,6 +13,9 @@ namespace dspark {
 // Number of compute threads, the caller included; set from --threads (0: the
 // DSPARK_THREADS environment variable if set, else all cores).
 void set_num_threads(int n);
+// DSPARK_THREADS as a count (0 when unset); throws Error naming the variable when it is not an
+// integer from 0 to 1024.
+int env_thread_count();
 int num_threads();
 
 namespace detail {

@@ -25,14 +25,23 @@ bool gemm_backend_available(GemmBackend b) {
 
 namespace {
 
+void require_available(GemmBackend b, const std::string& what) {
+  if (b == GemmBackend::Avx2 && !gemm_backend_available(b))
+    fail(what, ": gemm backend avx2 needs a CPU with AVX2 and FMA");
+  if (b == GemmBackend::Avx512Bf16 && !gemm_backend_available(b))
+    fail(what, ": gemm backend avx512bf16 needs a CPU with AVX512F, AVX512BW, AVX512VL and AVX512_BF16 (this one: ",
+         cpu_features().describe(), ")");
+}
+
 GemmBackend pick_auto() {
   // DSPARK_GEMM=avx2|avx512bf16|onednn|reference overrides the choice (benchmarks, and testing every backend on one machine).
-  if (const char* env = std::getenv("DSPARK_GEMM")) {
-    const std::string v = env;
-    if (v == "onednn") return GemmBackend::OneDnn;
-    if (v == "avx512bf16" && gemm_backend_available(GemmBackend::Avx512Bf16)) return GemmBackend::Avx512Bf16;
-    if (v == "reference") return GemmBackend::Reference;
-    if (v == "avx2" && gemm_backend_available(GemmBackend::Avx2)) return GemmBackend::Avx2;
+  if (const char* env = std::getenv("DSPARK_GEMM"); env && *env) {
+    const std::string what = std::string("environment variable DSPARK_GEMM=") + env;
+    const GemmBackend b = gemm_backend_from_name(env, "environment variable DSPARK_GEMM");
+    if (b != GemmBackend::Auto) {
+      require_available(b, what);
+      return b;
+    }
   }
   // oneDNN is not the default: with weights in rows, the demo target's decode step took 4.6x the
   // pair-panel kernel's time on an idle machine and ~100x with another process on the cores,
@@ -134,12 +143,15 @@ const char* gemm_backend_name(GemmBackend b) {
   return "?";
 }
 
+GemmBackend gemm_backend_from_name(const std::string& name, const std::string& what) {
+  for (GemmBackend b : {GemmBackend::Auto, GemmBackend::Reference, GemmBackend::Avx2, GemmBackend::Avx512Bf16, GemmBackend::OneDnn})
+    if (name == gemm_backend_name(b)) return b;
+  fail(what, " must be auto, reference, avx2, avx512bf16 or onednn, got '", name, "'");
+}
+
 void set_gemm_backend(GemmBackend b) {
   if (b == GemmBackend::Auto) b = pick_auto();
-  if (b == GemmBackend::Avx2 && !gemm_backend_available(b))
-    fail("gemm backend avx2 needs a CPU with AVX2 and FMA");
-  if (b == GemmBackend::Avx512Bf16 && !gemm_backend_available(b))
-    fail("gemm backend avx512bf16 needs a CPU with AVX512F, AVX512BW, AVX512VL and AVX512_BF16");
+  require_available(b, "set_gemm_backend");
   current() = b;
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/dtype.h"
 
@@ -76,10 +77,15 @@ enum class GemmBackend {
 };
 
 const char* gemm_backend_name(GemmBackend b);
+// The backend of a name (auto, reference, avx2, avx512bf16, onednn); `what` names the flag or
+// variable in the Error for any other name.
+GemmBackend gemm_backend_from_name(const std::string& name, const std::string& what);
 // Whether this CPU can run backend `b` (Reference, OneDnn and Auto always can: oneDNN refuses
 // products it cannot do with an Error of its own).
 bool gemm_backend_available(GemmBackend b);
 // Sets the backend used by gemm() (for tests and benchmarks). Throws Error if the CPU lacks it.
+// Auto is the DSPARK_GEMM environment variable's backend when it is set, else the best this CPU
+// runs; an unknown value, or a backend this CPU cannot run, is an Error naming the variable.
 void set_gemm_backend(GemmBackend b);
 GemmBackend gemm_backend();  // the backend gemm() uses now (never Auto)
 

@@ -128,6 +128,53 @@ CheckpointState load_checkpoint(const std::string& checkpoint_dir, torch::nn::Mo
   return st;
 }
 
+json latest_checkpoint_config(const std::string& run_dir) {
+  auto ck = latest_checkpoint(run_dir);
+  if (!ck) return nullptr;
+  const std::string state_path = (fs::path(*ck) / kState).string();
+  json s = json::parse(read_text_file(state_path), nullptr, false);
+  if (s.is_discarded() || !s.is_object()) fail(state_path, ": malformed checkpoint state");
+  return s.value("extra", json::object());
+}
+
+namespace {
+
+// A location as comparable text: absolute, normalised, without a trailing separator.
+std::string location(const std::string& p) {
+  std::error_code ec;
+  fs::path a = fs::weakly_canonical(fs::absolute(p), ec);
+  if (ec) a = fs::absolute(p);
+  a = a.lexically_normal();
+  if (a.has_parent_path() && a.filename().empty()) a = a.parent_path();
+  return a.string();
+}
+
+}  // namespace
+
+void check_resume_config(const std::string& run_dir, const json& recorded, const json& now,
+                         const std::vector<ResumeField>& fields) {
+  if (!recorded.is_object()) return;
+  for (const ResumeField& f : fields) {
+    if (!recorded.contains(f.field) || !now.contains(f.field)) continue;
+    const json& was = recorded[f.field];
+    const json& is = now[f.field];
+    const bool same = f.path && was.is_string() && is.is_string()
+                          ? location(was.get<std::string>()) == location(is.get<std::string>())
+                          : was == is;
+    if (same) continue;
+    std::string what = f.field + " was " + was.dump() + ", now " + is.dump();
+    if (was.is_object() && is.is_object()) {  // a whole model config: name the keys that differ
+      what = f.field + " differs in";
+      for (const auto& [key, value] : is.items())
+        if (!was.contains(key) || was[key] != value) what += " " + key;
+      for (const auto& [key, value] : was.items())
+        if (!is.contains(key)) what += " " + key;
+    }
+    fail("flag ", f.flag, " differs from the run being resumed in ", run_dir, " (", what, "); resume with the same ",
+         f.flag, " or start a new run in another --out");
+  }
+}
+
 CheckpointState start_or_resume(const std::string& run_dir, bool resume, bool refuse_existing,
                                 torch::nn::Module& model, torch::optim::Optimizer& opt, std::string* resumed_from) {
   if (resume) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dspark::train {
 
@@ -35,5 +36,23 @@ CheckpointState load_checkpoint(const std::string& checkpoint_dir, torch::nn::Mo
 CheckpointState start_or_resume(const std::string& run_dir, bool resume, bool refuse_existing,
                                 torch::nn::Module& model, torch::optim::Optimizer& opt,
                                 std::string* resumed_from = nullptr);
+
+// The configuration (CheckpointState::extra) the latest checkpoint of `run_dir` recorded, read
+// without loading any tensor; null when the run has no checkpoint.
+nlohmann::json latest_checkpoint_config(const std::string& run_dir);
+
+// One field of a run's recorded configuration that a resumed run must repeat, and the flag that
+// sets it. `path`: compared as filesystem locations, so "dir" and "./dir/" are the same.
+struct ResumeField {
+  std::string field, flag;
+  bool path = false;
+};
+
+// Refuses, naming the flag, a resume whose `now` configuration differs from the `recorded` one in
+// any of `fields` (fields the recording lacks are not compared: older runs). Checked before any
+// tensor is loaded, so a mismatch is never reported as a tensor shape error or, worse, continues
+// silently on other data.
+void check_resume_config(const std::string& run_dir, const nlohmann::json& recorded, const nlohmann::json& now,
+                         const std::vector<ResumeField>& fields);
 
 }  // namespace dspark::train

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "core/cpu.h"
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "core/safetensors.h"
@@ -300,10 +301,72 @@ void save_drafter(torch::nn::Module& m, const DrafterConfig& dc, const std::stri
   write_file_atomic((fs::path(dir) / "config.json").string(), text.data(), text.size());
 }
 
+// Every setting a flag gives, checked before any work, each error naming its flag: a batch or
+// anchor count of 0 would otherwise "train" on nothing and write a drafter, and nan or inf reach
+// libtorch, whose message names no flag.
+void check_config(const DrafterTrainConfig& c) {
+  auto positive = [](double x) { return std::isfinite(x) && x > 0; };
+  auto non_negative = [](double x) { return std::isfinite(x) && x >= 0; };
+  if (c.method == SpecMethod::Ngram) fail("flag --method: n-gram needs no training (dspark, dflash or eagle3)");
+  if (c.layers < 1 || c.layers > 32) fail("flag --layers must be from 1 to 32 (0: the method's default), got ", c.layers);
+  if (c.drafts < 1 || c.drafts > 32) fail("flag --drafts must be from 1 to 32, got ", c.drafts);
+  if (c.method == SpecMethod::DSpark) {
+    if (c.markov_rank < 0) fail("flag --markov-rank must be at least 0 (0: no Markov head), got ", c.markov_rank);
+    if (c.markov_head != "vanilla" && c.markov_head != "gated" && c.markov_head != "rnn")
+      fail("flag --markov-head must be vanilla, gated or rnn, got '", c.markov_head, "'");
+  }
+  if (c.anchors < 1) fail("flag --anchors must be at least 1, got ", c.anchors);
+  if (c.steps < 0) fail("flag --steps must be at least 0 (0: from --epochs), got ", c.steps);
+  if (c.steps == 0 && c.epochs < 1) fail("flag --epochs must be at least 1, got ", c.epochs);
+  if (c.batch < 1) fail("flag --batch must be at least 1, got ", c.batch);
+  if (!positive(c.lr)) fail("flag --lr must be a finite number above 0, got ", c.lr);
+  if (!(c.warmup_ratio >= 0 && c.warmup_ratio <= 1)) fail("flag --warmup-ratio must be from 0 to 1, got ", c.warmup_ratio);
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) fail("min_lr_ratio must be from 0 to 1, got ", c.min_lr_ratio);
+  if (!non_negative(c.weight_decay)) fail("weight_decay must be a finite number >= 0, got ", c.weight_decay);
+  if (!positive(c.clip)) fail("flag --clip must be a finite number above 0, got ", c.clip);
+  if (!non_negative(c.ce_weight)) fail("flag --ce must be a finite number >= 0, got ", c.ce_weight);
+  if (!non_negative(c.l1_weight)) fail("flag --l1 must be a finite number >= 0, got ", c.l1_weight);
+  if (!non_negative(c.conf_weight)) fail("flag --conf must be a finite number >= 0, got ", c.conf_weight);
+  if (!positive(c.decay)) fail("flag --decay must be a finite number above 0, got ", c.decay);
+  if (!(c.validation_fraction >= 0 && c.validation_fraction < 1))
+    fail("flag --validation-fraction must be at least 0 and below 1, got ", c.validation_fraction);
+  if (c.threads < 0) fail("flag --threads must be at least 0 (0: libtorch's default), got ", c.threads);
+  if (c.save_every < 1) fail("flag --save-every must be at least 1, got ", c.save_every);
+  if (c.stop_after == 0 || c.stop_after < -1)
+    fail("flag --stop-after must be -1 (run to the end) or at least 1, got ", c.stop_after);
+  if (c.world_size < 1) fail("flag --world-size must be at least 1, got ", c.world_size);
+  if (c.rank < 0 || c.rank >= c.world_size)
+    fail("flag --rank must be from 0 to ", c.world_size - 1, " (--world-size ", c.world_size, "), got ", c.rank);
+  if (c.batch % c.world_size != 0)
+    fail("flag --batch (", c.batch, ") must be a multiple of --world-size (", c.world_size, ")");
+  if (c.world_size > 1 && (c.master_port < 1 || c.master_port > 65535))
+    fail("flag --master-port must be from 1 to 65535, got ", c.master_port);
+}
+
+// The dataset must be finished and computed from this target: a partial dataset trains on what
+// happened to be done, and another target's hidden states train a drafter for the wrong model.
+void check_dataset(const HiddenDataset& data, const DrafterTrainConfig& c) {
+  const std::string mp = (fs::path(c.data) / "manifest.json").string();
+  const json& m = data.manifest();
+  if (!m.contains("complete") || m["complete"] != true)
+    fail(mp, ": field \"complete\" is ", m.contains("complete") ? m["complete"].dump() : std::string("missing"),
+         ": the dataset is unfinished (an interrupted or --limit run of dspark datagen hidden); finish it before "
+         "training on --data ", c.data);
+  const json target = m.value("target", json::object());
+  const std::string recorded = target.is_object() ? target.value("config_crc32", std::string()) : std::string();
+  if (!recorded.empty()) {  // datasets written without the target's CRC cannot be checked
+    const std::string config = (fs::path(c.target) / "config.json").string();
+    const std::string now = datagen::crc32_hex(crc32_file(config));
+    if (now != recorded)
+      fail(mp, ": field \"target.config_crc32\" is ", recorded, " but the --target config ", config, " has CRC32 ",
+           now, ": the hidden states were computed from another target; pass that --target or recompute --data");
+  }
+}
+
 }  // namespace
 
 std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, const std::string& target_dir,
-                                              const HiddenDataset::Sample& s, int steps) {
+                                              const HiddenDataset::Sample& s, int steps, bool bf16) {
   const DrafterConfig dc = DrafterConfig::load(drafter_dir);
   if (dc.method != SpecMethod::Eagle3) fail(drafter_dir, ": not an EAGLE-3 drafter");
   Frozen fz = load_frozen(target_dir);
@@ -316,12 +379,12 @@ std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, co
   c.method = SpecMethod::Eagle3;
   c.drafts = steps;
   std::vector<torch::Tensor> out;
-  eagle3_sequence_loss(m, fz, s, c, /*bf16=*/false, &out);
+  eagle3_sequence_loss(m, fz, s, c, bf16, &out);
   return out;
 }
 
 torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::string& target_dir,
-                                 const HiddenDataset::Sample& s, int64_t anchor) {
+                                 const HiddenDataset::Sample& s, int64_t anchor, bool bf16) {
   const DrafterConfig dc = DrafterConfig::load(drafter_dir);
   if (dc.method != SpecMethod::DSpark && dc.method != SpecMethod::DFlash)
     fail(drafter_dir, ": not a DSpark or DFlash drafter");
@@ -334,24 +397,38 @@ torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::stri
   const std::vector<uint8_t> all(s.tokens.size(), 1);
   Blocks b = build_blocks(s.tokens, all, {anchor}, dc.block_size, dc.mask_token_id,
                           dc.method == SpecMethod::DSpark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly);
+  Bf16Autocast autocast(bf16);
   return block_pass(m, fz, features, b, {anchor}).second;
 }
 
 double train_drafter(const DrafterTrainConfig& cfg) {
   DrafterTrainConfig c = cfg;
   if (c.layers == 0) c.layers = c.method == SpecMethod::Eagle3 ? 1 : 2;  // each method's usual depth
-  if (c.world_size < 1 || c.rank < 0 || c.rank >= c.world_size) fail("rank ", c.rank, " is outside world size ", c.world_size);
-  if (c.batch % c.world_size != 0) fail("batch ", c.batch, " must be a multiple of the number of processes ", c.world_size);
-  if (c.drafts < 1 || c.drafts > 32) fail("drafts must be between 1 and 32");
-  if (c.layers < 1 || c.layers > 32) fail("layers must be between 1 and 32, got ", c.layers);
-  if (c.method == SpecMethod::Ngram) fail("n-gram needs no training");
+  check_config(c);
+  const bool bf16 = use_bf16(c.precision);
+  const bool lead = c.rank == 0;
+  // A resumed run must train the same drafter on the same data: checked against the run's own
+  // record before anything is loaded (another method, depth or rank would otherwise surface as a
+  // tensor error, another --data not at all).
+  if (c.resume) {
+    std::vector<ResumeField> fields = {{"method", "--method"}, {"target", "--target", true}, {"data", "--data", true},
+                                       {"layers", "--layers"}, {"drafts", "--drafts"}};
+    if (c.method == SpecMethod::DSpark)
+      fields.insert(fields.end(), {{"markov_rank", "--markov-rank"}, {"markov_head", "--markov-head"},
+                                   {"confidence", "--no-confidence"}});
+    check_resume_config(c.out, latest_checkpoint_config(c.out), c.to_json(), fields);
+  }
+  if (lead && !precision_note(c.precision).empty()) std::fprintf(stderr, "%s\n", precision_note(c.precision).c_str());
   if (c.threads > 0) at::set_num_threads(c.threads);
   torch::manual_seed(c.seed);
-  const bool bf16 = use_bf16(c.precision);
   HiddenDataset data = HiddenDataset::open(c.data);
+  check_dataset(data, c);
   Frozen fz = load_frozen(c.target);
   if (data.hidden_size() != fz.cfg.hidden_size)
-    fail(c.data, ": hidden size ", data.hidden_size(), " differs from the target's ", fz.cfg.hidden_size);
+    fail(c.data, ": hidden size ", data.hidden_size(), " differs from the --target's ", fz.cfg.hidden_size);
+  for (int id : data.layer_ids())
+    if (id >= fz.cfg.num_layers)
+      fail(c.data, ": layer id ", id, " is past the --target's ", fz.cfg.num_layers, " layers");
   const DrafterConfig dc = drafter_config(c, fz, data.layer_ids());
   const size_t n_total = data.size();
   const size_t n_val = std::min(n_total / 2, size_t(std::ceil(double(n_total) * c.validation_fraction)));
@@ -375,7 +452,6 @@ double train_drafter(const DrafterTrainConfig& cfg) {
                           torch::optim::AdamWOptions(c.lr).betas({0.9, 0.999}).eps(1e-8).weight_decay(c.weight_decay));
   LrSchedule sched{c.lr, int64_t(std::ceil(c.warmup_ratio * double(total_steps))), total_steps, c.min_lr_ratio};
   auto pg = make_group(c);
-  const bool lead = c.rank == 0;
 
   fs::create_directories(c.out);
   const CheckpointState st = start_or_resume(c.out, c.resume, /*refuse_existing=*/lead, *module, opt);

@@ -45,22 +45,24 @@ struct DrafterTrainConfig {
   nlohmann::json to_json() const;
 };
 
-// The EAGLE-3 training-time-test logits [steps][T - 1, V] (f32, no autocast) of the drafter saved
-// in `drafter_dir` on sample `s`: step k at position t reads token t + 1 + k and the drafter's own
+// The EAGLE-3 training-time-test logits [steps][T - 1, V] (f32) of the drafter saved in
+// `drafter_dir` on sample `s`: step k at position t reads token t + 1 + k and the drafter's own
 // output of step k - 1 (the target's features at step 0). The reference the engine's proposals
-// are tested against.
+// are tested against. `bf16`: under the bf16 autocast --precision bf16 trains with.
 std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, const std::string& target_dir,
-                                              const datagen::HiddenDataset::Sample& s, int steps);
+                                              const datagen::HiddenDataset::Sample& s, int steps, bool bf16 = false);
 
 // The block logits [gamma, V] (f32) of the DSpark or DFlash drafter saved in `drafter_dir` for one
 // block anchored at position `anchor` of sample `s` (context: positions < anchor), with DSpark's
 // Markov bias teacher-forced on the sample's tokens: the reference the engine's proposals are
-// tested against.
+// tested against. `bf16`: under the bf16 autocast --precision bf16 trains with.
 torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::string& target_dir,
-                                 const datagen::HiddenDataset::Sample& s, int64_t anchor);
+                                 const datagen::HiddenDataset::Sample& s, int64_t anchor, bool bf16 = false);
 
 // Trains and writes OUT/drafter in the format the engine loads. Returns the last step's
-// (all-process mean) loss.
+// (all-process mean) loss. Refuses (Error naming the flag, manifest field or file) settings out of
+// range, an unfinished dataset, a dataset of another target, and a resume that differs from the
+// run it resumes in method, target, data or shape.
 double train_drafter(const DrafterTrainConfig& cfg);
 
 }  // namespace dspark::train

@@ -1,5 +1,6 @@
 #include "train/lm_trainer.h"
 
+#include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -70,6 +71,34 @@ void check_tokenizer_matches(const LmTrainConfig& c, const TokenShards& data) {
     fail(c.tokenizer, ": has ", tok->vocab_size(), " tokens but the model's vocab_size is ", c.model.vocab_size);
 }
 
+// Every setting a flag gives, checked before any work, each error naming its flag (nan or inf
+// would otherwise reach libtorch, whose message names none).
+void check_config(const LmTrainConfig& c) {
+  auto positive = [](double x) { return std::isfinite(x) && x > 0; };
+  auto non_negative = [](double x) { return std::isfinite(x) && x >= 0; };
+  if (c.steps < 1) fail("flag --steps must be at least 1, got ", c.steps);
+  if (c.batch < 1) fail("flag --batch must be at least 1, got ", c.batch);
+  if (c.accum < 1) fail("flag --accum must be at least 1, got ", c.accum);
+  if (c.seq_len < 2) fail("flag --seq-len must be at least 2, got ", c.seq_len);
+  if (c.seq_len > c.model.max_position_embeddings)
+    fail("flag --seq-len ", c.seq_len, " exceeds the model's max_position_embeddings ", c.model.max_position_embeddings);
+  if (!positive(c.lr)) fail("flag --lr must be a finite number above 0, got ", c.lr);
+  if (!(c.min_lr_ratio >= 0 && c.min_lr_ratio <= 1)) fail("flag --min-lr-ratio must be from 0 to 1, got ", c.min_lr_ratio);
+  if (c.warmup < 0) fail("flag --warmup must be at least 0, got ", c.warmup);
+  if (!non_negative(c.weight_decay)) fail("flag --weight-decay must be a finite number >= 0, got ", c.weight_decay);
+  if (!positive(c.clip)) fail("flag --clip must be a finite number above 0, got ", c.clip);
+  if (!non_negative(c.init_std)) fail("flag --init-std must be a finite number >= 0, got ", c.init_std);
+  if (!(c.beta1 >= 0 && c.beta1 < 1) || !(c.beta2 >= 0 && c.beta2 < 1))
+    fail("AdamW betas must be in [0, 1), got ", c.beta1, " and ", c.beta2);
+  if (!positive(c.eps)) fail("AdamW eps must be a finite number above 0, got ", c.eps);
+  if (c.threads < 0) fail("flag --threads must be at least 0 (0: libtorch's default), got ", c.threads);
+  if (c.eval_every < 0) fail("flag --eval-every must be at least 0 (0: never), got ", c.eval_every);
+  if (c.eval_windows < 1) fail("flag --eval-windows must be at least 1, got ", c.eval_windows);
+  if (c.save_every < 1) fail("flag --save-every must be at least 1, got ", c.save_every);
+  if (c.stop_after == 0 || c.stop_after < -1)
+    fail("flag --stop-after must be -1 (run to the end) or at least 1, got ", c.stop_after);
+}
+
 }  // namespace
 
 std::unique_ptr<torch::optim::AdamW> build_optimizer(CausalLM& model, const LmTrainConfig& c) {
@@ -88,13 +117,16 @@ std::unique_ptr<torch::optim::AdamW> build_optimizer(CausalLM& model, const LmTr
 
 double train_lm(const LmTrainConfig& c) {
   const double process_start = now_seconds();
-  if (c.batch <= 0 || c.accum <= 0 || c.seq_len <= 1 || c.steps <= 0)
-    fail("batch, accum, steps must be positive and seq_len > 1");
-  if (c.seq_len > c.model.max_position_embeddings)
-    fail("seq_len ", c.seq_len, " exceeds the model's max_position_embeddings ", c.model.max_position_embeddings);
+  check_config(c);
+  const bool bf16 = use_bf16(c.precision);
+  // A resumed run must train the same model on the same data: checked against the run's record
+  // before any tensor is loaded (another config would surface as a shape error, other data not at all).
+  if (c.resume)
+    check_resume_config(c.out, latest_checkpoint_config(c.out), c.to_json(),
+                        {{"model", "--config"}, {"data", "--data", true}, {"domains", "--domains"}});
+  if (!precision_note(c.precision).empty()) std::fprintf(stderr, "%s\n", precision_note(c.precision).c_str());
   if (c.threads > 0) at::set_num_threads(c.threads);
   torch::manual_seed(c.seed);
-  const bool bf16 = use_bf16(c.precision);
   TokenShards train = TokenShards::open(c.data, "train", c.domains);
   check_tokenizer_matches(c, train);
 
@@ -181,7 +213,11 @@ double train_lm(const LmTrainConfig& c) {
 
 json evaluate_lm(const std::string& model_dir, const std::string& data, const std::string& split, int windows,
                  int seq_len) {
+  if (windows < 1) fail("flag --windows must be at least 1, got ", windows);
+  if (seq_len < 1) fail("flag --seq-len must be at least 1, got ", seq_len);
   ModelConfig mc = ModelConfig::from_dir(model_dir);
+  if (seq_len > mc.max_position_embeddings)
+    fail("flag --seq-len ", seq_len, " exceeds ", model_dir, "'s max_position_embeddings ", mc.max_position_embeddings);
   CausalLM model(mc);
   load_hf_weights(model, model_dir);
   model->eval();

@@ -32,6 +32,30 @@ std::vector<std::string> split_list(const std::string& s) {
   return out;
 }
 
+// Flag ranges. Values stored in int stay inside int, so int(a.integer(...)) never narrows.
+constexpr int64_t kMaxBatch = 1 << 20;        // sequences per (micro-)batch
+constexpr int64_t kMaxSeqLen = 1 << 24;       // tokens per sequence (seq_len + 1 must fit int)
+constexpr int64_t kMaxDraftLayers = 32;       // train_drafter's own limits
+constexpr int64_t kMaxDrafts = 32;
+constexpr int64_t kMaxMarkovRank = 1 << 16;
+constexpr int64_t kMaxProcesses = 1 << 16;
+constexpr int64_t kMaxMatmulDim = 1 << 16;
+constexpr double kTinyPositive = 1e-12;       // "> 0" for rates, clipping norms and decays
+constexpr double kMaxWeight = 1e12;           // loss weights, decays, clip norms: finite, not absurd
+
+// --lr: positive and finite (0, nan or inf would reach libtorch, or train nothing, unnamed).
+double learning_rate(const Args& a) { return a.number("lr", kTinyPositive, 10.0); }
+
+// --threads: 0 is libtorch's default.
+int threads(const Args& a) { return int(a.integer("threads", 0, 1024)); }
+
+// --stop-after: -1 (run to the end) or a positive number of steps; 0 would silently run to the end.
+int64_t stop_after(const Args& a) {
+  const int64_t n = a.integer("stop-after", -1, kFlagInt64Max);
+  if (n == 0) fail("flag --stop-after must be -1 (run to the end) or at least 1, got 0");
+  return n;
+}
+
 int cmd_lm(int argc, char** argv) {
   Args a;
   a.flag("config", "model config.json (HF fields: architectures, hidden_size, ...)")
@@ -68,30 +92,30 @@ int cmd_lm(int argc, char** argv) {
     return 0;
   }
   LmTrainConfig c;
-  c.model = ModelConfig::from_file(a.str("config"));
   if (auto i = a.opt("init")) c.init_from = *i;
   c.tokenizer = a.str("tokenizer");
   c.data = a.str("data");
   if (auto d = a.opt("domains")) c.domains = split_list(*d);
   c.out = a.str("out");
-  c.steps = a.integer("steps");
-  c.batch = int(a.integer("batch"));
-  c.accum = int(a.integer("accum"));
-  c.seq_len = int(a.integer("seq-len"));
-  c.lr = a.number("lr");
-  c.min_lr_ratio = a.number("min-lr-ratio");
-  c.warmup = a.integer("warmup");
-  c.weight_decay = a.number("weight-decay");
-  c.clip = a.number("clip");
-  c.init_std = a.number("init-std");
-  c.seed = uint64_t(a.integer("seed"));
+  c.steps = a.integer("steps", 1, kFlagInt64Max);
+  c.batch = int(a.integer("batch", 1, kMaxBatch));
+  c.accum = int(a.integer("accum", 1, kMaxBatch));
+  c.seq_len = int(a.integer("seq-len", 2, kMaxSeqLen));
+  c.lr = learning_rate(a);
+  c.min_lr_ratio = a.number("min-lr-ratio", 0, 1);
+  c.warmup = a.integer("warmup", 0, kFlagInt64Max);
+  c.weight_decay = a.number("weight-decay", 0, kMaxWeight);
+  c.clip = a.number("clip", kTinyPositive, kMaxWeight);
+  c.init_std = a.number("init-std", 0, kMaxWeight);
+  c.seed = uint64_t(a.integer("seed", 0, kFlagInt64Max));
   c.precision = a.str("precision");
-  c.threads = int(a.integer("threads"));
-  c.eval_every = a.integer("eval-every");
-  c.eval_windows = int(a.integer("eval-windows"));
-  c.save_every = a.integer("save-every");
-  c.stop_after = a.integer("stop-after");
+  c.threads = threads(a);
+  c.eval_every = a.integer("eval-every", 0, kFlagInt64Max);
+  c.eval_windows = int(a.integer("eval-windows", 1, kFlagIntMax));
+  c.save_every = a.integer("save-every", 1, kFlagInt64Max);
+  c.stop_after = stop_after(a);
   c.resume = a.on("resume");
+  c.model = ModelConfig::from_file(a.str("config"));  // after the flags, whose errors are cheaper
   const double loss = train_lm(c);
   std::printf("final loss %.4f\n", loss);
   return 0;
@@ -111,9 +135,10 @@ int cmd_eval(int argc, char** argv) {
                          "Per-domain next-token loss and perplexity of a model on a corpus split.");
     return 0;
   }
-  if (a.integer("threads") > 0) at::set_num_threads(int(a.integer("threads")));
-  auto j = evaluate_lm(a.str("model"), a.str("data"), a.str("split"), int(a.integer("windows")),
-                       int(a.integer("seq-len")));
+  const int windows = int(a.integer("windows", 1, kFlagIntMax));
+  const int seq_len = int(a.integer("seq-len", 1, kMaxSeqLen));
+  if (const int t = threads(a); t > 0) at::set_num_threads(t);
+  auto j = evaluate_lm(a.str("model"), a.str("data"), a.str("split"), windows, seq_len);
   std::cout << j.dump(2) << "\n";
   return 0;
 }
@@ -142,7 +167,8 @@ int cmd_drafter(int argc, char** argv) {
       .flag("conf", "DSpark confidence BCE weight", true, "1.0")
       .flag("decay", "position weight exp(-(k-1)/decay)", true, "4.0")
       .flag("seed", "seed", true, "42")
-      .flag("validation-fraction", "samples held out for the final validation loss", true, "0.02")
+      .flag("validation-fraction", "fraction of the samples held out for the final validation loss, in [0, 1)", true,
+            "0.02")
       .flag("precision", kPrecisionHelp, true, "auto")
       .flag("threads", "compute threads (0: default)", true, "0")
       .flag("save-every", "steps between checkpoints", true, "200")
@@ -172,32 +198,34 @@ int cmd_drafter(int argc, char** argv) {
   c.target = a.str("target");
   c.data = a.str("data");
   c.out = a.str("out");
-  c.layers = int(a.integer("layers"));
-  c.drafts = int(a.integer("drafts"));
-  c.markov_rank = int(a.integer("markov-rank"));
+  c.layers = int(a.integer("layers", 0, kMaxDraftLayers));
+  c.drafts = int(a.integer("drafts", 1, kMaxDrafts));
+  c.markov_rank = int(a.integer("markov-rank", 0, kMaxMarkovRank));
   c.markov_head = a.str("markov-head");
   c.confidence = !a.on("no-confidence");
-  c.anchors = int(a.integer("anchors"));
-  c.epochs = int(a.integer("epochs"));
-  c.steps = a.integer("steps");
-  c.batch = int(a.integer("batch"));
-  c.lr = a.number("lr");
-  c.warmup_ratio = a.number("warmup-ratio");
-  c.clip = a.number("clip");
-  c.ce_weight = a.number("ce");
-  c.l1_weight = a.number("l1");
-  c.conf_weight = a.number("conf");
-  c.decay = a.number("decay");
-  c.seed = uint64_t(a.integer("seed"));
-  c.validation_fraction = a.number("validation-fraction");
+  c.anchors = int(a.integer("anchors", 1, kFlagIntMax));
+  c.epochs = int(a.integer("epochs", 1, kFlagIntMax));
+  c.steps = a.integer("steps", 0, kFlagInt64Max);
+  c.batch = int(a.integer("batch", 1, kMaxBatch));
+  c.lr = learning_rate(a);
+  c.warmup_ratio = a.number("warmup-ratio", 0, 1);
+  c.clip = a.number("clip", kTinyPositive, kMaxWeight);
+  c.ce_weight = a.number("ce", 0, kMaxWeight);
+  c.l1_weight = a.number("l1", 0, kMaxWeight);
+  c.conf_weight = a.number("conf", 0, kMaxWeight);
+  c.decay = a.number("decay", kTinyPositive, kMaxWeight);
+  c.seed = uint64_t(a.integer("seed", 0, kFlagInt64Max));
+  c.validation_fraction = a.number("validation-fraction", 0, 1);
+  if (c.validation_fraction >= 1)  // [0, 1): at least one sample must remain to train on
+    fail("flag --validation-fraction must be at least 0 and below 1, got ", a.str("validation-fraction"));
   c.precision = a.str("precision");
-  c.threads = int(a.integer("threads"));
-  c.save_every = a.integer("save-every");
-  c.stop_after = a.integer("stop-after");
+  c.threads = threads(a);
+  c.save_every = a.integer("save-every", 1, kFlagInt64Max);
+  c.stop_after = stop_after(a);
   c.resume = a.on("resume");
-  c.rank = int(a.integer("rank"));
-  c.world_size = int(a.integer("world-size"));
-  c.master_port = int(a.integer("master-port"));
+  c.world_size = int(a.integer("world-size", 1, kMaxProcesses));
+  c.rank = int(a.integer("rank", 0, c.world_size - 1));
+  c.master_port = int(a.integer("master-port", 1, 65535));
   const double loss = train_drafter(c);
   std::printf("final loss %.5f\n", loss);
   return 0;
@@ -217,15 +245,18 @@ int cmd_bench_matmul(int argc, char** argv) {
                          "Measures libtorch's f32 and bf16 matrix-multiply rate.");
     return 0;
   }
-  if (a.integer("threads") > 0) at::set_num_threads(int(a.integer("threads")));
-  const int64_t m = a.integer("m"), k = a.integer("k"), n = a.integer("n");
+  if (const int t = threads(a); t > 0) at::set_num_threads(t);
+  // Each dimension at most 2^16, so that one f32 operand (at most 16 GiB) is a size a test can mean.
+  const int64_t m = a.integer("m", 1, kMaxMatmulDim), k = a.integer("k", 1, kMaxMatmulDim),
+                n = a.integer("n", 1, kMaxMatmulDim);
+  const double seconds = a.number("seconds", 0.001, 3600);
   nlohmann::json out = {{"m", m}, {"k", k}, {"n", n}, {"threads", at::get_num_threads()}};
   for (auto dt : {torch::kFloat32, torch::kBFloat16}) {
     auto x = torch::randn({m, k}).to(dt), w = torch::randn({k, n}).to(dt);
     torch::matmul(x, w);
     int iters = 0;
     const double t0 = now_seconds();
-    while (now_seconds() - t0 < a.number("seconds")) {
+    while (now_seconds() - t0 < seconds) {
       torch::matmul(x, w);
       ++iters;
     }

@@ -9,6 +9,10 @@ namespace dspark::train {
 // "auto" (bf16 only with AVX512-BF16 or AMX), "f32" or "bf16"; anything else throws naming it.
 bool use_bf16(const std::string& precision);
 
+// A note for the log when `precision` asks for bf16 on a CPU without bf16 units (libtorch then
+// emulates the bf16 products: the same bf16 rounding, many times slower than f32); else empty.
+std::string precision_note(const std::string& precision);
+
 // While alive (and `on`), libtorch's CPU autocast runs eligible ops in bf16.
 class Bf16Autocast {
  public:

@@ -187,5 +187,47 @@ TEST(LmRun, DamagedCheckpointIsNeverSilentlyReinitialised) {
   EXPECT_NE(msg.find("no checkpoint"), std::string::npos) << msg;
 }
 
+// A resumed run must train the same model on the same data: another --config, --data or --domains
+// is refused naming the flag before any tensor is loaded (before, another config failed on a tensor
+// shape and other data resumed silently). The data spelled differently is the same data.
+TEST(LmRun, ResumeMustRepeatTheRunsConfigAndData) {
+  TempDir t;
+  LmTrainConfig c = config(t.sub("run"));
+  c.steps = 2;
+  c.eval_every = 0;
+  c.stop_after = 1;
+  train_lm(c);
+  const std::string copy = t.sub("tokens");
+  fs::copy(corpus().tokens, copy, fs::copy_options::recursive | fs::copy_options::overwrite_existing);
+  const std::vector<std::pair<std::function<void(LmTrainConfig&)>, std::string>> cases = {
+      {[](LmTrainConfig& r) { r.model.intermediate_size *= 2; }, "--config"},
+      {[&](LmTrainConfig& r) { r.data = copy; }, "--data"},
+      {[](LmTrainConfig& r) { r.domains = {"math"}; }, "--domains"},
+  };
+  for (const auto& [edit, named] : cases) {
+    LmTrainConfig r = c;
+    r.resume = true;
+    r.stop_after = -1;
+    edit(r);
+    const std::string msg = error_of([&] { train_lm(r); });
+    EXPECT_NE(msg.find(named), std::string::npos) << msg;
+    EXPECT_NE(msg.find(c.out), std::string::npos) << msg;
+  }
+  const std::string msg = error_of([&] {
+    LmTrainConfig r = c;
+    r.resume = true;
+    r.stop_after = -1;
+    r.model.intermediate_size *= 2;
+    train_lm(r);
+  });
+  EXPECT_NE(msg.find("intermediate_size"), std::string::npos) << msg;
+  LmTrainConfig same = c;
+  same.resume = true;
+  same.stop_after = -1;
+  same.data = corpus().tokens + "/";
+  EXPECT_EQ(error_of([&] { train_lm(same); }), "");
+  EXPECT_TRUE(fs::exists(fs::path(c.out) / "model" / "model.safetensors"));
+}
+
 }  // namespace
 }  // namespace dspark::train

@@ -383,7 +383,7 @@ TEST(DatagenHidden, ReaderRefusesSamplesThatDisagreeWithTheHeader) {
   EXPECT_NE(err.find("rise"), std::string::npos) << err;
   err = open_with([](json& m) { m["samples"][0].erase("index"); });
   EXPECT_NE(err.find("index"), std::string::npos) << err;
-  // An incomplete run reads (the trainer may use the samples done so far).
+  // An incomplete run still reads (datagen resumes from it); the trainer refuses it (TrainErrors.UnfinishedDataset...).
   EXPECT_EQ(open_with([](json& m) {
               m["samples"].erase(2);
               m["num_samples"] = 2;

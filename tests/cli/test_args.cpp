@@ -1,6 +1,8 @@
 // Args: every integer and number flag is parsed once, range-checked, and refused naming the flag.
 #include <gtest/gtest.h>
 
+#include "../error_of.h"
+
 #include <functional>
 #include <string>
 #include <vector>
@@ -20,14 +22,7 @@ Args parsed(std::vector<std::string> words) {
   return a;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using dspark::testing::error_of;
 
 TEST(Args, IntegersAreRangeCheckedNeverNarrowed) {
   EXPECT_EQ(parsed({}).integer("n", 0, 10), 3);

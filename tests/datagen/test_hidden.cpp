@@ -2,6 +2,8 @@
 // resume and repair, and the reader's errors.
 #include <gtest/gtest.h>
 
+#include "../error_of.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -60,14 +62,7 @@ HiddenOptions quiet(std::vector<int> layers, int shard = 3, int max_batch_tokens
   return o;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using dspark::testing::error_of;
 
 uint16_t bf16(float x) { return f32_to_bf16(x); }
 
@@ -389,7 +384,7 @@ TEST(DatagenHidden, ReaderRefusesSamplesThatDisagreeWithTheHeader) {
               m["num_samples"] = 2;
               m["complete"] = false;
             }),
-            "(no error)");
+            "");
 }
 
 // The engine's length rule: a record of T tokens needs T <= max_model_len (max_position_embeddings).

@@ -3,6 +3,8 @@
 // before any work. Also the speculative settings whose length must match the block.
 #include <gtest/gtest.h>
 
+#include "../error_of.h"
+
 #include <functional>
 
 #include "../data/test_util.h"
@@ -17,15 +19,6 @@ namespace dspark {
 namespace {
 
 using namespace dspark::testing;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 struct LengthRig {
   fs::path dir = temp_dir("ctxlimit");

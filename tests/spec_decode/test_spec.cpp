@@ -3,6 +3,8 @@
 // (chi-square), and a broken verifier or an anticipating scheduler does not.
 #include <gtest/gtest.h>
 
+#include "../error_of.h"
+
 #include <functional>
 #include <map>
 #include <random>
@@ -27,15 +29,6 @@ namespace dspark {
 namespace {
 
 using namespace dspark::testing;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // ---------------------------------------------------------------- configuration
 

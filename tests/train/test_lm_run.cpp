@@ -2,6 +2,8 @@
 // inputs (corrupt shards, a mismatched tokenizer, damaged checkpoints, impossible shapes).
 #include <gtest/gtest.h>
 
+#include "../error_of.h"
+
 #include <filesystem>
 #include <fstream>
 
@@ -78,14 +80,7 @@ std::vector<uint8_t> weights_bytes(const std::string& run_dir) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using dspark::testing::error_of;
 
 TEST(LmRun, ResumeEqualsUninterrupted) {
   TempDir a, b;

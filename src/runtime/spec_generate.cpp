@@ -51,45 +51,79 @@ void SpecMetrics::merge(const SpecMetrics& o) {
   other_seconds += o.other_seconds;
 }
 
-std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, const Model& target, DType kv_dtype) {
-  if (spec.confidence_threshold > 0) return std::make_unique<StaticThresholdPolicy>(spec.confidence_threshold);
-  if (!spec.adaptive_verification) return std::make_unique<FullBlockPolicy>();
+std::vector<double> profile_sps_curve(const Model& target, DType kv_dtype, int K, int max_tokens) {
+  max_tokens = std::max(max_tokens, K + 1);
+  std::vector<std::pair<int, double>> pts;  // (tokens in the step, seconds)
+  StepProfileOptions opt;
+  opt.contexts = {256};
+  opt.kv_dtype = kv_dtype;
+  opt.batches = {1};
+  opt.tokens.clear();
+  for (int t = 1; t <= K + 1; ++t) opt.tokens.push_back(t);
+  for (const StepPoint& p : profile_steps(target, opt))
+    pts.push_back({p.tokens_per_seq, p.seconds});
+  opt.batches.clear();
+  for (int b = 2; b * (K + 1) <= std::min(max_tokens, 512); b *= 2) opt.batches.push_back(b);
+  if (!opt.batches.empty()) {
+    opt.tokens = {K + 1};
+    for (const StepPoint& p : profile_steps(target, opt))
+      pts.push_back({p.batch * p.tokens_per_seq, p.seconds});
+  }
+  std::sort(pts.begin(), pts.end());
   std::vector<double> sps{0.0};
+  double slowest = 0;
+  size_t j = 0;
+  for (int B = 1; B <= max_tokens; ++B) {
+    while (j + 1 < pts.size() && pts[j + 1].first <= B) ++j;
+    double t = pts[j].second;
+    if (j + 1 < pts.size() && B > pts[j].first) {  // linear between measured points
+      const double f = double(B - pts[j].first) / double(pts[j + 1].first - pts[j].first);
+      t = pts[j].second + f * (pts[j + 1].second - pts[j].second);
+    } else if (B > pts[j].first && j > 0) {  // past the last point: its slope
+      const double slope =
+          (pts[j].second - pts[j - 1].second) / double(pts[j].first - pts[j - 1].first);
+      t = pts[j].second + std::max(0.0, slope) * double(B - pts[j].first);
+    }
+    slowest = std::max(slowest, t);  // a longer step is never cheaper (vLLM: maximum.accumulate)
+    sps.push_back(1.0 / slowest);
+  }
+  return sps;
+}
+
+std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, const Model& target,
+                                                       DType kv_dtype, int max_step_tokens) {
+  if (spec.confidence_threshold > 0)
+    return std::make_unique<StaticThresholdPolicy>(spec.confidence_threshold);
+  if (!spec.adaptive_verification) return std::make_unique<FullBlockPolicy>();
+  const int K = spec.num_speculative_tokens;
+  if (K <= 0) fail("adaptive verification: the speculation length is not set");
   if (!spec.sps_curve.empty()) {
-    const int K = spec.num_speculative_tokens;
-    if (K <= 0) fail("adaptive verification: the speculation length is not set");
-    if (spec.sps_curve.size() != size_t(K) + 1)
-      fail("speculative config: field 'dspark_sps_curve' has ", spec.sps_curve.size(), " entries but needs ", K + 1,
-           ": steps per second of a target step verifying 1..", K + 1, " tokens (num_speculative_tokens ", K, " + 1)");
+    if (spec.sps_curve.size() < size_t(K) + 1)
+      fail("speculative config: field 'dspark_sps_curve' has ", spec.sps_curve.size(),
+           " entries but needs at least ", K + 1,
+           ": steps per second of a target step of 1, 2, ... tokens, up to K + 1 = ", K + 1,
+           " (num_speculative_tokens ", K, " + 1)");
+    std::vector<double> sps{0.0};
     sps.insert(sps.end(), spec.sps_curve.begin(), spec.sps_curve.end());
     return std::make_unique<PrefixScheduler>(std::move(sps));
   }
-  if (spec.num_speculative_tokens <= 0) fail("adaptive verification: the speculation length is not set");
-  StepProfileOptions opt;
-  opt.contexts = {256};
-  opt.batches = {1};
-  opt.tokens.clear();
-  for (int t = 1; t <= spec.num_speculative_tokens + 1; ++t) opt.tokens.push_back(t);
-  opt.kv_dtype = kv_dtype;
-  double slowest = 0;
-  for (const StepPoint& p : profile_steps(target, opt)) {
-    slowest = std::max(slowest, p.seconds);  // a longer step is never cheaper (vLLM: maximum.accumulate)
-    sps.push_back(1.0 / slowest);
-  }
-  auto s = std::make_unique<PrefixScheduler>(std::move(sps));
+  auto s =
+      std::make_unique<PrefixScheduler>(profile_sps_curve(target, kv_dtype, K, max_step_tokens));
   s->learn_drafting_cost(true);
   return s;
 }
 
-GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<const int32_t> prompt,
-                             const GenerateParams& params, Drafter& drafter, const SpecConfig& spec,
-                             VerifyLengthPolicy& policy, SpecMetrics& m, const TextCallback& on_text) {
+GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok,
+                             std::span<const int32_t> prompt, const GenerateParams& params,
+                             Drafter& drafter, const SpecConfig& spec, VerifyLengthPolicy& policy,
+                             SpecMetrics& m, const TextCallback& on_text) {
   params.sampling.validate();
   const int max_tokens = output_budget(fwd, seq, prompt.size(), params);
   const ModelConfig& c = fwd.model().config();
   const int V = c.vocab_size;
   const int K = spec.num_speculative_tokens;
-  if (K <= 0 || K > drafter.max_draft_tokens()) fail("speculation length ", K, " is outside [1, ", drafter.max_draft_tokens(), "]");
+  if (K <= 0 || K > drafter.max_draft_tokens())
+    fail("speculation length ", K, " is outside [1, ", drafter.max_draft_tokens(), "]");
   if (m.verified_at.size() < size_t(K)) {
     m.verified_at.resize(size_t(K));
     m.accepted_at.resize(size_t(K));
@@ -97,7 +131,8 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
   GenerateResult res;
   res.prompt_tokens = int(prompt.size());
   // Independent streams: drafting, acceptance tests, residual / bonus / first-token draws.
-  Rng draft_rng(params.sampling.seed, 1), accept_rng(params.sampling.seed, 2), residual_rng(params.sampling.seed, 3);
+  Rng draft_rng(params.sampling.seed, 1), accept_rng(params.sampling.seed, 2),
+      residual_rng(params.sampling.seed, 3);
   Sampler sampler;
   StopStringFilter stops(params.stop_strings);
   StreamDecoder decoder(tok, /*skip_special_tokens=*/true);
@@ -121,7 +156,8 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
     const size_t end = std::min(prompt.size(), start + size_t(params.prefill_chunk));
     b.clear();
     const bool taps = !req.tap_layers.empty();
-    for (size_t i = start; i < end; ++i) b.add(prompt[i], int(i), seq, taps || i + 1 == prompt.size());
+    for (size_t i = start; i < end; ++i)
+      b.add(prompt[i], int(i), seq, taps || i + 1 == prompt.size());
     req.logits = end == prompt.size();
     req.logits_last = 1;
     const ForwardOutput& out = fwd.run(b, req);
@@ -137,12 +173,14 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
   res.finish_reason = "length";
   int pos = int(prompt.size());
   Draft draft;
-  DraftSampling ds{spec.draft_sample == DraftSampleMethod::Probabilistic, params.sampling, &draft_rng};
+  DraftSampling ds{spec.draft_sample == DraftSampleMethod::Probabilistic, params.sampling,
+                   &draft_rng};
   std::vector<int32_t> emitted;
   // Emits one token; returns false when generation must stop.
   auto emit = [&](int32_t token) {
     res.tokens.push_back(token);
-    if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) != params.stop_token_ids.end()) {
+    if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) !=
+        params.stop_token_ids.end()) {
       res.finish_reason = "stop";
       return false;
     }
@@ -185,9 +223,11 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
     const std::span<const int32_t> drafts(draft.tokens.data(), size_t(l));
     VerifyResult vr;
     if (params.sampling.greedy()) {
-      vr = verify_greedy_logits(drafts, out.logits_row(0), V, V);  // argmax per row; no distributions
+      vr = verify_greedy_logits(drafts, out.logits_row(0), V,
+                                V);  // argmax per row; no distributions
     } else {
-      for (int i = 0; i <= l; ++i) sampler.dense(out.logits_row(i), V, params.sampling, probs.data() + int64_t(i) * V);
+      for (int i = 0; i <= l; ++i)
+        sampler.dense(out.logits_row(i), V, params.sampling, probs.data() + int64_t(i) * V);
       const VerifyInput vin{V, drafts, draft.q.empty() ? nullptr : draft.q.data(), probs.data()};
       vr = verify(spec.rejection, false, vin, VerifyRng{&accept_rng, &residual_rng});
     }
@@ -203,15 +243,17 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
       if (i < vr.accepted) ++m.accepted_at[size_t(i)];
     }
     if (m.record_rounds && !draft.confidence_logit.empty())
-      m.round_records.push_back(
-          RoundRecord{std::vector<float>(draft.confidence_logit.begin(), draft.confidence_logit.begin() + l), vr.accepted});
+      m.round_records.push_back(RoundRecord{
+          std::vector<float>(draft.confidence_logit.begin(), draft.confidence_logit.begin() + l),
+          vr.accepted});
     fwd.kv().truncate(seq, pos + vr.accepted + 1);
     for (int i = 0; i < vr.accepted && !done; ++i) done = !emit(draft.tokens[size_t(i)]);
     if (!done) done = !emit(vr.next_token);
     if (!done) {
       emitted.assign(1, anchor);
       emitted.insert(emitted.end(), draft.tokens.begin(), draft.tokens.begin() + vr.accepted);
-      const TargetFeatures f{out.taps, req.tap_layers.empty() ? 0 : vr.accepted + 1, out.n_taps * out.hidden};
+      const TargetFeatures f{out.taps, req.tap_layers.empty() ? 0 : vr.accepted + 1,
+                             out.n_taps * out.hidden};
       drafter.accept(dseq, emitted, pos, f);
       pos += vr.accepted + 1;
       anchor = vr.next_token;
@@ -220,8 +262,10 @@ GenerateResult spec_generate(Forward& fwd, int seq, const Tokenizer& tok, std::s
   }
   if (!stops.stopped()) {
     emit_text(stops.push(decoder.flush()));
-    if (!stops.stopped()) emit_text(stops.flush());
-    else res.finish_reason = "stop";
+    if (!stops.stopped())
+      emit_text(stops.flush());
+    else
+      res.finish_reason = "stop";
   }
   res.decode_seconds = now_seconds() - decode_start;
   drafter.end(dseq);

@@ -49,6 +49,16 @@ struct Draft {
   }
 };
 
+// One sequence's part of a batched drafting pass (Drafter::propose_batch).
+struct DraftJob {
+  int seq = -1;
+  int32_t anchor = 0;
+  int pos = 0;
+  int k = 0;
+  DraftSampling sampling;
+  Draft* out = nullptr;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -65,6 +75,12 @@ class Drafter {
   // Proposes k tokens to follow `anchor`, the last token the target produced, at position `pos`
   // (its own target features do not exist yet).
   virtual void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& sampling, Draft& out) = 0;
+  // propose() for many sequences in one pass. Each job's draft must be what propose() gives it
+  // alone. The default runs them one by one; DSpark and DFlash run every block through the
+  // backbone together.
+  virtual void propose_batch(std::span<const DraftJob> jobs) {
+    for (const DraftJob& j : jobs) propose(j.seq, j.anchor, j.pos, j.k, j.sampling, *j.out);
+  }
   // After verification: `committed` (the anchor and the accepted drafts) now hold positions
   // pos, pos+1, ..., with their target features (one row each).
   virtual void accept(int seq, std::span<const int32_t> committed, int pos, const TargetFeatures& feats) = 0;

@@ -19,6 +19,9 @@ class VerifyLengthPolicy {
   // After each round: how long drafting took. Policies that weigh a round's fixed cost learn
   // it from here (only past rounds, so a choice never depends on the draft it is about).
   virtual void observe_drafting(double /*seconds*/) {}
+  // Tokens the coming step runs besides the requests' anchors and drafts (chunks of prompts
+  // being prefilled): they make the step slower whatever is verified.
+  virtual void set_other_tokens(int /*tokens*/) {}
 };
 
 // Verifies every drafted token.

@@ -9,7 +9,13 @@ namespace dspark {
 
 double PrefixScheduler::sps(int b) const {
   if (sps_.size() < 2) fail("prefix scheduler: empty SPS table");
-  const double s = sps_[size_t(std::min<int>(b, int(sps_.size()) - 1))];
+  const int last = int(sps_.size()) - 1;
+  double s = sps_[size_t(std::min(b, last))];
+  if (b > last && last >= 2) {  // extrapolate the step time, never below the last entry's
+    const double t1 = 1.0 / sps_[size_t(last)],
+                 slope = std::max(0.0, t1 - 1.0 / sps_[size_t(last - 1)]);
+    s = 1.0 / (t1 + slope * double(b - last));
+  }
   return draft_s_ > 0 ? 1.0 / (1.0 / s + draft_s_) : s;
 }
 
@@ -42,7 +48,7 @@ void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int
   });
   const int R = int(drafts.size());
   std::vector<int> l(size_t(R), 0), best(size_t(R), 0);
-  int B = R;
+  int B = R + other_tokens_;
   double tau = R;
   double best_theta = tau * sps(B);
   for (const Cand& c : cands) {

@@ -14,7 +14,7 @@ namespace dspark {
 class PrefixScheduler : public VerifyLengthPolicy {
  public:
   // sps[B]: target steps per second for a batch of B tokens (index 0 unused); beyond the table
-  // the last entry is used.
+  // the step time grows linearly with the slope of its last two entries.
   explicit PrefixScheduler(std::vector<double> sps) : sps_(std::move(sps)) {}
   void choose(std::span<const Draft* const> drafts, std::span<int> lengths) override;
 
@@ -23,6 +23,7 @@ class PrefixScheduler : public VerifyLengthPolicy {
   // on a machine where drafting costs about a target step, ignoring it cuts blocks too short.
   void learn_drafting_cost(bool on) { learn_ = on; }
   void observe_drafting(double seconds) override;
+  void set_other_tokens(int tokens) override { other_tokens_ = tokens; }
   double drafting_cost() const { return draft_s_; }
 
  protected:
@@ -33,6 +34,7 @@ class PrefixScheduler : public VerifyLengthPolicy {
  private:
   std::vector<double> sps_;
   bool learn_ = false;
+  int other_tokens_ = 0;
   double draft_s_ = 0;  // mean drafting seconds per round so far (exponentially weighted)
   int64_t observed_ = 0;
 };

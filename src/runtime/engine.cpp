@@ -1,0 +1,598 @@
+#include "runtime/engine.h"
+
+#include <unistd.h>
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "runtime/context_limit.h"
+#include "sample/sampler.h"
+#include "spec_decode/verify.h"
+
+namespace dspark {
+
+namespace {
+
+// Random streams of a request: keyed by its seed, the stream kind and the position of the round's
+// anchor, so a draw never depends on what else ran before it or beside it.
+enum StreamKind : uint64_t { kDraftStream = 1, kAcceptStream = 2, kResidualStream = 3 };
+Rng position_rng(uint64_t seed, StreamKind kind, int anchor_pos) {
+  return Rng(seed, uint64_t(anchor_pos) * 4 + kind);
+}
+
+int64_t physical_memory_bytes() {
+  return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+}
+
+}  // namespace
+
+struct Engine::Seq {
+  Seq(uint64_t h, EngineRequest r, OutputFn fn, const Tokenizer& tok)
+      : handle(h),
+        req(std::move(r)),
+        on_output(std::move(fn)),
+        stops(req.params.stop_strings),
+        decoder(tok, true) {}
+
+  uint64_t handle;
+  EngineRequest req;
+  OutputFn on_output;
+  int max_tokens = 0;               // output budget
+  std::vector<int32_t> out_tokens;  // generated so far
+  int kv_seq = -1, draft_seq = -1;
+  int computed = 0;    // positions whose KV (and drafter context) exist
+  int target_len = 0;  // positions to prefill before decoding
+  bool decoding = false;
+  bool abort_requested = false;
+  bool finished = false;
+  int32_t anchor = -1;  // the last emitted token, not yet in the KV cache
+  double arrival = 0, scheduled = -1, first_token = -1, last_emit = -1;
+  StopStringFilter stops;
+  StreamDecoder decoder;
+  RequestOutput pending;
+  bool has_pending = false;
+  // This step's plan.
+  int want = 0, verify_len = 0, chunk = 0, out_row = 0;
+  Draft draft;
+  Rng draft_rng;
+
+  int prompt_len() const { return int(req.prompt.size()); }
+  int anchor_pos() const { return prompt_len() + int(out_tokens.size()) - 1; }
+  int32_t token_at(int pos) const {
+    return pos < prompt_len() ? req.prompt[size_t(pos)] : out_tokens[size_t(pos - prompt_len())];
+  }
+};
+
+Engine::Engine(const Model& model, const Tokenizer& tok, EngineOptions opt,
+               std::unique_ptr<Drafter> drafter, SpecConfig spec,
+               std::unique_ptr<VerifyLengthPolicy> policy)
+    : model_(model),
+      tok_(tok),
+      opt_(opt),
+      drafter_(std::move(drafter)),
+      spec_(std::move(spec)),
+      policy_(std::move(policy)) {
+  const ModelConfig& c = model.config();
+  max_model_len_ = resolve_max_model_len(c, opt_.max_model_len);
+  if (opt_.max_num_seqs < 1) fail("--max-num-seqs must be >= 1, got ", opt_.max_num_seqs);
+  if (drafter_) {
+    if (spec_.num_speculative_tokens <= 0)
+      spec_.num_speculative_tokens = drafter_->max_draft_tokens();
+    if (spec_.num_speculative_tokens > drafter_->max_draft_tokens())
+      fail("speculative config: num_speculative_tokens ", spec_.num_speculative_tokens,
+           " is more than the drafter's ", drafter_->max_draft_tokens());
+    if (!policy_) policy_ = std::make_unique<FullBlockPolicy>();
+  }
+  const int K = drafter_ ? spec_.num_speculative_tokens : 0;
+  if (opt_.max_num_batched_tokens < opt_.max_num_seqs * (K + 1) &&
+      opt_.max_num_batched_tokens < K + 1)
+    fail("--max-num-batched-tokens ", opt_.max_num_batched_tokens, " cannot hold one round of ",
+         K + 1, " tokens");
+  int64_t kv_tokens = opt_.kv_tokens;
+  const int64_t per_token =
+      int64_t(c.num_layers) * 2 * c.num_kv_heads * c.head_dim * int64_t(dtype_size(opt_.kv_dtype));
+  if (kv_tokens <= 0) {
+    // What fits: every sequence at the full length, within a quarter of the machine's memory.
+    const int64_t want = int64_t(opt_.max_num_seqs) * (max_model_len_ + K + kKvBlock);
+    const int64_t fits = physical_memory_bytes() / 4 / std::max<int64_t>(per_token, 1);
+    kv_tokens = std::max<int64_t>(std::min(want, fits), max_model_len_ + K + kKvBlock);
+  }
+  kv_ =
+      std::make_unique<KvCache>(c.num_layers, c.num_kv_heads, c.head_dim, opt_.kv_dtype, kv_tokens);
+  fwd_ = std::make_unique<Forward>(model_, *kv_);
+  metrics_.spec_num_accepted_tokens_per_pos.assign(size_t(K), 0);
+  metrics_.spec_verify_length_hist.assign(size_t(K + 1), 0);
+  live_ = metrics_;
+}
+
+Engine::~Engine() {
+  stop();
+}
+
+int64_t Engine::kv_capacity_tokens() const {
+  return int64_t(kv_->total_blocks()) * kKvBlock;
+}
+
+uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
+  if (!accepting_) fail("the server is shutting down");
+  GenerateParams& p = req.params;
+  p.sampling.validate();
+  if (req.prompt.empty()) fail("prompt: the prompt has no tokens");
+  const int vocab = model_.config().vocab_size;
+  for (size_t i = 0; i < req.prompt.size(); ++i)
+    if (req.prompt[i] < 0 || req.prompt[i] >= vocab)
+      fail("prompt: token id ", req.prompt[i], " at index ", i, " is outside the vocabulary [0, ",
+           vocab, ")");
+  const int64_t n = int64_t(req.prompt.size());
+  const int limit = int(std::min<int64_t>(max_model_len_, kv_capacity_tokens()));
+  check_prompt_length(n, max_model_len_, kv_capacity_tokens());
+  if (p.max_tokens == 0 || p.max_tokens < -1)
+    fail("max_tokens: must be at least 1, got ", p.max_tokens);
+  if (p.max_tokens >= 0 && n + p.max_tokens > limit)
+    fail("max_tokens: this model's maximum context length is ", limit, " tokens; the prompt has ",
+         n, " and max_tokens asks for ", p.max_tokens, " more (", n + p.max_tokens, " in all)");
+  auto s = std::make_unique<Seq>(0, std::move(req), std::move(on_output), tok_);
+  s->max_tokens = s->req.params.max_tokens < 0 ? int(limit - n) : s->req.params.max_tokens;
+  s->target_len = int(n);
+  s->arrival = now_seconds();
+  std::lock_guard<std::mutex> lk(mu_);
+  if (stopping_) fail("the server is shutting down");
+  s->handle = next_handle_++;
+  const uint64_t h = s->handle;
+  incoming_.push_back(std::move(s));
+  ++metrics_.num_requests_waiting;
+  cv_.notify_all();
+  return h;
+}
+
+void Engine::abort(uint64_t handle) {
+  std::lock_guard<std::mutex> lk(mu_);
+  aborts_.push_back(handle);
+  cv_.notify_all();
+}
+
+bool Engine::idle() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return incoming_.empty() && waiting_.empty() && running_.empty();
+}
+
+EngineMetrics Engine::metrics() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return metrics_;
+}
+
+void Engine::start() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] {
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [this] {
+          return stopping_ || !incoming_.empty() || !aborts_.empty() || !running_.empty() ||
+                 !waiting_.empty();
+        });
+        if (stopping_) return;
+      }
+      try {
+        step();
+      } catch (const std::exception& e) {
+        // A failed step must not leave requests hanging: end them all, then keep serving.
+        std::fprintf(stderr, "dspark engine: step failed: %s\n", e.what());
+        fail_all(std::string("internal error: ") + e.what());
+      }
+    }
+  });
+}
+
+void Engine::drain() {
+  accepting_ = false;
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!thread_.joinable()) return;
+  idle_cv_.wait(lk, [this] { return incoming_.empty() && waiting_.empty() && running_.empty(); });
+}
+
+void Engine::stop() {
+  accepting_ = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+  fail_all("the server is shutting down");
+}
+
+void Engine::fail_all(const std::string& why) {
+  std::vector<std::unique_ptr<Seq>> all;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto* v : {&incoming_, &waiting_, &running_})
+      for (auto& s : *v) all.push_back(std::move(s));
+    incoming_.clear();
+    waiting_.clear();
+    running_.clear();
+    metrics_.num_requests_running = metrics_.num_requests_waiting = 0;
+  }
+  for (auto& s : all) {
+    release(*s);
+    RequestOutput o;
+    o.finished = true;
+    o.finish_reason = "abort";
+    o.error = why;
+    o.prompt_tokens = s->prompt_len();
+    o.completion_tokens = int(s->out_tokens.size());
+    if (s->on_output) s->on_output(std::move(o));
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  metrics_.kv_cache_usage_perc = kv_usage();
+  idle_cv_.notify_all();
+}
+
+double Engine::kv_usage() const {
+  return kv_->total_blocks() ? 1.0 - double(kv_->free_blocks()) / double(kv_->total_blocks()) : 0.0;
+}
+
+void Engine::release(Seq& s) {
+  if (s.kv_seq >= 0) kv_->free_sequence(s.kv_seq);
+  if (s.draft_seq >= 0) drafter_->end(s.draft_seq);
+  s.kv_seq = s.draft_seq = -1;
+  s.computed = 0;
+  s.decoding = false;
+}
+
+void Engine::preempt(Seq& s) {
+  release(s);
+  // Recompute later: everything but the anchor is prefilled again; the anchor stays emitted.
+  s.target_len = s.out_tokens.empty() ? s.prompt_len() : s.anchor_pos();
+  ++live_.num_preemptions;
+}
+
+void Engine::finish(Seq& s, const char* reason) {
+  if (s.finished) return;
+  s.finished = true;
+  if (!s.stops.stopped()) {
+    std::string tail = s.stops.push(s.decoder.flush());
+    if (!s.stops.stopped())
+      tail += s.stops.flush();
+    else
+      reason = "stop";
+    s.pending.text += tail;
+  }
+  s.pending.finished = true;
+  s.pending.finish_reason = reason;
+  s.has_pending = true;
+}
+
+// Emits one token; returns false when the request is done.
+bool Engine::emit(Seq& s, int32_t token) {
+  s.out_tokens.push_back(token);
+  s.pending.token_ids.push_back(token);
+  s.has_pending = true;
+  ++live_.generation_tokens;
+  const auto& ids = s.req.params.stop_token_ids;
+  if (std::find(ids.begin(), ids.end(), token) != ids.end()) {
+    finish(s, "stop");
+    return false;
+  }
+  s.pending.text += s.stops.push(s.decoder.push(token));
+  if (s.stops.stopped()) {
+    finish(s, "stop");
+    return false;
+  }
+  if (int(s.out_tokens.size()) >= s.max_tokens) {
+    finish(s, "length");
+    return false;
+  }
+  return true;
+}
+
+bool Engine::step() {
+  // 1. New requests and aborts.
+  std::vector<uint64_t> aborts;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (auto& s : incoming_) waiting_.push_back(std::move(s));
+    incoming_.clear();
+    aborts.swap(aborts_);
+  }
+  for (uint64_t h : aborts)
+    for (auto* v : {&waiting_, &running_})
+      for (auto& s : *v)
+        if (s->handle == h) s->abort_requested = true;
+  for (auto* v : {&waiting_, &running_})
+    for (auto& s : *v)
+      if (s->abort_requested) finish(*s, "abort");
+  if (!retire()) return false;
+
+  const double t_step = now_seconds();
+  const int K = drafter_ ? spec_.num_speculative_tokens : 0;
+  const int budget = opt_.max_num_batched_tokens;
+
+  // 2. Admission, first come first served, while the whole prompt (and one round) fits.
+  while (!waiting_.empty() && int(running_.size()) < opt_.max_num_seqs) {
+    Seq& s = *waiting_.front();
+    const int64_t need = int64_t(s.target_len) + K + 1;
+    if (int64_t(kv_->free_blocks()) * kKvBlock < need + kKvBlock) break;
+    s.kv_seq = kv_->create_sequence();
+    if (drafter_) s.draft_seq = drafter_->begin();
+    if (s.scheduled < 0) {
+      s.scheduled = t_step;
+      live_.queue_time.observe(t_step - s.arrival);
+    }
+    running_.push_back(std::move(waiting_.front()));
+    waiting_.erase(waiting_.begin());
+  }
+
+  // 3. Decoding requests: room for the anchor and `want` drafts; when the pool is short, the most
+  // recently admitted request is preempted (vLLM's order) and recomputed later.
+  int decode_tokens = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Seq& s = *running_[i];
+    if (!s.decoding) continue;
+    const int pos = s.anchor_pos();
+    s.want = std::max(
+        0, std::min({K, s.max_tokens - int(s.out_tokens.size()) - 1, max_model_len_ - pos - 1}));
+    s.want = std::max(0, std::min(s.want, budget - decode_tokens - 1));
+    while (kv_->room_for(s.kv_seq) < pos + 1 + s.want) {
+      Seq& victim = *running_.back();
+      preempt(victim);
+      waiting_.insert(waiting_.begin(), std::move(running_.back()));
+      running_.pop_back();
+      if (&victim == &s) break;
+    }
+    if (i >= running_.size()) break;
+    kv_->reserve(s.kv_seq, pos + 1 + s.want);
+    decode_tokens += 1 + s.want;
+  }
+
+  // 4. Chunked prefill in the budget left.
+  int prefill_tokens = 0;
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Seq& s = *running_[i];
+    s.chunk = 0;
+    if (s.decoding) continue;
+    const int left = budget - decode_tokens - prefill_tokens;
+    if (left <= 0) break;
+    s.chunk = std::min(s.target_len - s.computed, left);
+    if (kv_->room_for(s.kv_seq) < s.computed + s.chunk) {
+      s.chunk = 0;  // waits for room; the decode rounds free blocks as requests finish
+      continue;
+    }
+    kv_->reserve(s.kv_seq, s.computed + s.chunk);
+    prefill_tokens += s.chunk;
+  }
+
+  // 5. Draft for every decoding request in one pass, then choose each request's length.
+  std::vector<Seq*> dec;
+  for (auto& s : running_)
+    if (s->decoding) dec.push_back(s.get());
+  if (drafter_ && !dec.empty()) {
+    const double t0 = now_seconds();
+    jobs_.clear();
+    for (Seq* s : dec) {
+      s->draft.clear();
+      if (s->want <= 0) continue;
+      const int pos = s->anchor_pos();
+      s->draft_rng = position_rng(s->req.params.sampling.seed, kDraftStream, pos);
+      DraftSampling ds{spec_.draft_sample == DraftSampleMethod::Probabilistic,
+                       s->req.params.sampling, &s->draft_rng};
+      jobs_.push_back(DraftJob{s->draft_seq, s->anchor, pos, s->want, ds, &s->draft});
+    }
+    if (!jobs_.empty()) drafter_->propose_batch(jobs_);
+    draft_ptrs_.clear();
+    for (Seq* s : dec) {
+      live_.spec_proposed += int64_t(s->draft.tokens.size());
+      draft_ptrs_.push_back(&s->draft);
+    }
+    lengths_.assign(dec.size(), 0);
+    policy_->set_other_tokens(prefill_tokens);
+    policy_->choose(draft_ptrs_, lengths_);
+    const double drafting = now_seconds() - t0;
+    policy_->observe_drafting(drafting);
+    live_.draft_seconds += drafting;
+    for (size_t r = 0; r < dec.size(); ++r)
+      dec[r]->verify_len = std::clamp(lengths_[r], 0, int(dec[r]->draft.tokens.size()));
+  } else {
+    for (Seq* s : dec) s->verify_len = 0;
+  }
+
+  if (dec.empty() && prefill_tokens == 0) {
+    // Nothing fits: only possible when the pool is fragmented by waiting prefills; preempt the
+    // newest so the oldest can go on.
+    if (running_.size() > 1) {
+      preempt(*running_.back());
+      waiting_.insert(waiting_.begin(), std::move(running_.back()));
+      running_.pop_back();
+    }
+    publish_metrics();
+    return true;
+  }
+
+  // 6. One flat batch. Output rows: prefill rows that are not a prompt's last (taps only), then
+  // the last rows of prompts that complete, then every decode row; logits for the last two groups.
+  const bool taps = drafter_ && !drafter_->target_layers().empty();
+  batch_.clear();
+  std::vector<int32_t> tail_rows, decode_rows;
+  std::vector<Seq*> pre;
+  for (auto& sp : running_) {
+    Seq& s = *sp;
+    if (s.decoding || s.chunk == 0) continue;
+    pre.push_back(&s);
+    const bool completes = s.computed + s.chunk == s.target_len;
+    s.out_row = taps ? int(batch_.output_rows.size()) : -1;
+    for (int i = 0; i < s.chunk; ++i) {
+      const int pos = s.computed + i;
+      const bool last = completes && i + 1 == s.chunk;
+      batch_.add(s.token_at(pos), pos, s.kv_seq, false);
+      const int32_t row = int32_t(batch_.size() - 1);
+      if (last)
+        tail_rows.push_back(row);
+      else if (taps)
+        batch_.output_rows.push_back(row);
+    }
+  }
+  const int n_head = int(batch_.output_rows.size());
+  for (Seq* s : dec) {
+    const int pos = s->anchor_pos();
+    batch_.add(s->anchor, pos, s->kv_seq, false);
+    decode_rows.push_back(int32_t(batch_.size() - 1));
+    for (int i = 0; i < s->verify_len; ++i) {
+      batch_.add(s->draft.tokens[size_t(i)], pos + 1 + i, s->kv_seq, false);
+      decode_rows.push_back(int32_t(batch_.size() - 1));
+    }
+  }
+  batch_.output_rows.insert(batch_.output_rows.end(), tail_rows.begin(), tail_rows.end());
+  batch_.output_rows.insert(batch_.output_rows.end(), decode_rows.begin(), decode_rows.end());
+  ForwardRequest req;
+  if (taps) req.tap_layers = drafter_->target_layers();
+  req.logits_last = int(tail_rows.size() + decode_rows.size());
+  req.logits = req.logits_last > 0;
+  const double t_fwd = now_seconds();
+  const ForwardOutput& out = fwd_->run(batch_, req);
+  live_.forward_seconds += now_seconds() - t_fwd;
+  ++live_.steps;
+  const int V = model_.config().vocab_size;
+  const int width = out.n_taps * out.hidden;
+  auto logits_of = [&](int out_row) { return out.logits_row(out_row); };
+
+  // 7a. Prefill results: drafter context, and the first token of prompts that completed.
+  int tail_i = 0;
+  for (Seq* s : pre) {
+    const bool completes = s->computed + s->chunk == s->target_len;
+    if (drafter_) {
+      const float* feats = nullptr;
+      if (taps) {
+        const int head_rows = completes ? s->chunk - 1 : s->chunk;
+        gathered_.resize(size_t(s->chunk) * size_t(width));
+        std::memcpy(gathered_.data(), out.taps + int64_t(s->out_row) * width,
+                    size_t(head_rows) * size_t(width) * 4);
+        if (completes)
+          std::memcpy(gathered_.data() + int64_t(head_rows) * width,
+                      out.taps + int64_t(n_head + tail_i) * width, size_t(width) * 4);
+        feats = gathered_.data();
+      }
+      std::vector<int32_t> toks(size_t(s->chunk));
+      for (int i = 0; i < s->chunk; ++i) toks[size_t(i)] = s->token_at(s->computed + i);
+      drafter_->extend(s->draft_seq, toks, s->computed,
+                       TargetFeatures{feats, taps ? s->chunk : 0, width});
+    }
+    if (s->out_tokens.empty()) live_.prompt_tokens += s->chunk;
+    s->computed += s->chunk;
+    if (completes) {
+      const int out_row = n_head + tail_i++;
+      s->decoding = true;
+      if (s->out_tokens.empty()) {
+        Rng rng = position_rng(s->req.params.sampling.seed, kResidualStream, s->target_len - 1);
+        const int32_t tok = sampler_.sample(logits_of(out_row), V, s->req.params.sampling, rng);
+        s->first_token = now_seconds();
+        live_.ttft.observe(s->first_token - s->arrival);
+        if (emit(*s, tok)) s->anchor = tok;
+      } else {
+        s->anchor = s->out_tokens.back();  // recomputed after preemption: already emitted
+      }
+    }
+  }
+
+  // 7b. Verify every decoding request, commit, feed the drafter.
+  int row = n_head + int(tail_rows.size());
+  for (Seq* s : dec) {
+    const int pos = s->anchor_pos();
+    const int l = s->verify_len;
+    const int r0 = row;
+    row += 1 + l;
+    const SamplingParams& sp = s->req.params.sampling;
+    VerifyResult vr;
+    const std::span<const int32_t> drafts(s->draft.tokens.data(), size_t(l));
+    if (!drafter_) {
+      Rng rng = position_rng(sp.seed, kResidualStream, pos);
+      vr.next_token = sampler_.sample(logits_of(r0), V, sp, rng);
+    } else if (sp.greedy()) {
+      vr = verify_greedy_logits(drafts, logits_of(r0), V, V);
+    } else {
+      probs_.resize(size_t(V) * size_t(l + 1));
+      for (int i = 0; i <= l; ++i)
+        sampler_.dense(logits_of(r0 + i), V, sp, probs_.data() + int64_t(i) * V);
+      Rng accept = position_rng(sp.seed, kAcceptStream, pos),
+          residual = position_rng(sp.seed, kResidualStream, pos);
+      const VerifyInput vin{V, drafts, s->draft.q.empty() ? nullptr : s->draft.q.data(),
+                            probs_.data()};
+      vr = verify(spec_.rejection, false, vin, VerifyRng{&accept, &residual});
+    }
+    if (drafter_) {
+      if (l > 0) {
+        ++live_.spec_num_drafts;
+        live_.spec_num_draft_tokens += l;
+        live_.spec_num_accepted_tokens += vr.accepted;
+        for (int i = 0; i < vr.accepted; ++i) ++live_.spec_num_accepted_tokens_per_pos[size_t(i)];
+      }
+      ++live_.spec_verify_length_hist[size_t(l)];
+    }
+    kv_->truncate(s->kv_seq, pos + vr.accepted + 1);
+    bool go = true;
+    for (int i = 0; i < vr.accepted && go; ++i) go = emit(*s, s->draft.tokens[size_t(i)]);
+    if (go) go = emit(*s, vr.next_token);
+    if (go && drafter_) {
+      committed_.assign(1, s->anchor);
+      committed_.insert(committed_.end(), s->draft.tokens.begin(),
+                        s->draft.tokens.begin() + vr.accepted);
+      const TargetFeatures f{taps ? out.taps + int64_t(r0) * width : nullptr,
+                             taps ? vr.accepted + 1 : 0, width};
+      drafter_->accept(s->draft_seq, committed_, pos, f);
+    }
+    if (go) {
+      s->anchor = vr.next_token;
+      s->computed = pos + vr.accepted + 1;
+    }
+  }
+  live_.step_seconds += now_seconds() - t_step;
+  retire();
+  return true;
+}
+
+// Hands out pending outputs, frees finished requests; returns whether any request remains.
+bool Engine::retire() {
+  const double now = now_seconds();
+  std::vector<std::unique_ptr<Seq>> done;
+  for (auto* v : {&waiting_, &running_}) {
+    for (auto& s : *v) {
+      if (!s->has_pending) continue;
+      RequestOutput o = std::move(s->pending);
+      s->pending = RequestOutput{};
+      s->has_pending = false;
+      o.prompt_tokens = s->prompt_len();
+      o.completion_tokens = int(s->out_tokens.size());
+      if (!o.token_ids.empty()) {
+        if (s->last_emit >= 0) live_.itl.observe(now - s->last_emit);
+        s->last_emit = now;
+      }
+      if (o.finished) {
+        live_.e2e.observe(now - s->arrival);
+        ++live_.request_success[o.finish_reason];
+      }
+      if (s->on_output) s->on_output(std::move(o));
+    }
+    for (auto& s : *v)
+      if (s->finished) {
+        release(*s);
+        done.push_back(std::move(s));
+      }
+    v->erase(std::remove(v->begin(), v->end(), nullptr), v->end());
+  }
+  publish_metrics();
+  std::lock_guard<std::mutex> lk(mu_);
+  const bool any = !waiting_.empty() || !running_.empty();
+  if (!any && incoming_.empty()) idle_cv_.notify_all();
+  return any;
+}
+
+void Engine::publish_metrics() {
+  live_.kv_cache_usage_perc = kv_usage();
+  live_.num_requests_running = int(running_.size());
+  std::lock_guard<std::mutex> lk(mu_);
+  live_.num_requests_waiting = int(waiting_.size() + incoming_.size());
+  metrics_ = live_;
+}
+
+}  // namespace dspark

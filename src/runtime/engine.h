@@ -1,0 +1,136 @@
+// Engine: one loop that owns the target, its paged KV cache and the drafter, and serves many
+// requests at once. Each step is ONE target forward over a flat batch: chunks of new prompts
+// (chunked prefill under max_num_batched_tokens) and, for every running request, its anchor plus
+// the l_r drafts the verification policy chose for it. Drafting is batched across requests.
+//
+// A request's output depends only on the request: its random draws come from streams keyed by
+// its seed and the token position (sample/rng.h), so in --dtype f32 a greedy request's tokens are
+// the ones `dspark generate` gives for it alone, at any concurrency.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/forward.h"
+#include "runtime/generate.h"
+#include "runtime/metrics.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/length_policy.h"
+#include "spec_decode/spec_config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dspark {
+
+struct EngineOptions {
+  int max_num_seqs = 16;              // requests running at once (vLLM --max-num-seqs)
+  int max_num_batched_tokens = 2048;  // tokens in one step (vLLM --max-num-batched-tokens)
+  int64_t kv_tokens = 0;  // KV cache capacity in positions (0: what the memory default gives)
+  int max_model_len = 0;  // 0: the model's max_position_embeddings
+  DType kv_dtype = DType::BF16;
+};
+
+struct EngineRequest {
+  std::string request_id;       // the client's x-request-id, or one the server made
+  std::vector<int32_t> prompt;  // token ids (chat template already applied)
+  // Sampling (with seed), stop ids and stop strings; max_tokens -1 means as many as fit under
+  // max_model_len (vLLM's default), else prompt + max_tokens must fit (submit() refuses it).
+  GenerateParams params;
+};
+
+// What the engine hands a request's owner after each step that advanced it (engine thread).
+struct RequestOutput {
+  std::string text;  // new text since the previous output (held back near stop strings)
+  std::vector<int32_t> token_ids;  // new token ids since the previous output
+  bool finished = false;
+  std::string finish_reason;  // when finished: "stop", "length" or "abort"
+  std::string error;      // why an "abort" the client did not ask for happened (shutdown, failure)
+  int prompt_tokens = 0;  // totals so far
+  int completion_tokens = 0;
+};
+// Called on the engine thread; must not block (push to a queue and return).
+using OutputFn = std::function<void(RequestOutput&&)>;
+
+class Engine {
+ public:
+  // `drafter` may be null (plain decoding); with it, `spec` and `policy` must be given.
+  Engine(const Model& model, const Tokenizer& tok, EngineOptions opt,
+         std::unique_ptr<Drafter> drafter = nullptr, SpecConfig spec = {},
+         std::unique_ptr<VerifyLengthPolicy> policy = nullptr);
+  ~Engine();  // stop()
+
+  // Checks the request (sampling ranges, max_tokens, a prompt that leaves room under
+  // max_model_len) and queues it. Throws Error, naming the field, for a request it can never run;
+  // a request that does not fit now waits. Thread-safe. Returns a handle for abort().
+  uint64_t submit(EngineRequest req, OutputFn on_output);
+  // The request ends with finish_reason "abort" in the next step; its KV blocks and drafter state
+  // are freed then. Unknown or finished handles are ignored. Thread-safe.
+  void abort(uint64_t handle);
+
+  // Runs the loop on its own thread until stop().
+  void start();
+  // Stops admitting, lets running and waiting requests finish, then returns (SIGTERM).
+  void drain();
+  // Aborts everything left and joins the loop thread.
+  void stop();
+  // One step on the caller's thread (tests, when start() was not called). Returns false when idle.
+  bool step();
+  bool idle() const;
+
+  EngineMetrics metrics() const;  // a snapshot
+  int max_model_len() const { return max_model_len_; }
+  int64_t kv_capacity_tokens() const;
+  const Model& model() const { return model_; }
+  const Tokenizer& tokenizer() const { return tok_; }
+  const SpecConfig* spec() const { return drafter_ ? &spec_ : nullptr; }
+  bool accepting() const { return accepting_; }
+
+ private:
+  struct Seq;
+  bool emit(Seq& s, int32_t token);
+  void finish(Seq& s, const char* reason);
+  void release(Seq& s);
+  void preempt(Seq& s);
+  bool retire();
+  void publish_metrics();
+  void fail_all(const std::string& why);
+  double kv_usage() const;
+
+  const Model& model_;
+  const Tokenizer& tok_;
+  EngineOptions opt_;
+  int max_model_len_ = 0;
+  std::unique_ptr<Drafter> drafter_;
+  SpecConfig spec_;
+  std::unique_ptr<VerifyLengthPolicy> policy_;
+  std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<Forward> fwd_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::vector<std::unique_ptr<Seq>> incoming_;  // submitted, not yet seen by the loop
+  std::vector<uint64_t> aborts_;
+  std::vector<std::unique_ptr<Seq>> waiting_, running_;
+  EngineMetrics metrics_;  // the published snapshot (under mu_)
+  EngineMetrics live_;     // the engine thread's own copy
+  // Step scratch, reused.
+  Batch batch_;
+  Sampler sampler_;
+  Buffer<float> probs_, gathered_;
+  std::vector<DraftJob> jobs_;
+  std::vector<const Draft*> draft_ptrs_;
+  std::vector<int> lengths_;
+  std::vector<int32_t> committed_;
+  uint64_t next_handle_ = 1;
+  std::atomic<bool> accepting_{true};
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace dspark

@@ -1,0 +1,60 @@
+// Engine metrics: the counters, gauges and histograms that /metrics exports under vLLM's names.
+// The engine thread writes them; readers take a snapshot under the engine's lock.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dspark {
+
+// A cumulative histogram with fixed upper bounds (Prometheus "le" buckets; +Inf implied).
+struct Histogram {
+  std::vector<double> bounds;  // ascending upper bounds
+  std::vector<int64_t>
+      counts;  // counts[i]: observations <= bounds[i] (not cumulative); size bounds+1 (last: +Inf)
+  double sum = 0;
+  int64_t count = 0;
+
+  explicit Histogram(std::vector<double> b = {})
+      : bounds(std::move(b)), counts(bounds.size() + 1, 0) {}
+  void observe(double v);
+};
+
+// vLLM's bucket bounds (vllm/v1/metrics/loggers.py).
+std::vector<double> ttft_buckets();
+std::vector<double> itl_buckets();
+std::vector<double> e2e_buckets();
+
+struct EngineMetrics {
+  // Gauges.
+  int num_requests_running = 0;
+  int num_requests_waiting = 0;
+  double kv_cache_usage_perc =
+      0;  // fraction in [0, 1] of KV blocks in use (vLLM reports a fraction)
+  // Counters.
+  int64_t prompt_tokens =
+      0;  // prompt tokens prefilled (recomputation after preemption not counted)
+  int64_t generation_tokens = 0;  // tokens emitted
+  int64_t num_preemptions = 0;
+  int64_t steps = 0;                               // engine steps (target forwards)
+  std::map<std::string, int64_t> request_success;  // by finished_reason: stop, length, abort
+  // Speculative decoding (vLLM's SpecDecodingStats): rounds with drafts, drafted (verified)
+  // tokens, accepted drafts, and acceptances per draft position 0..K-1.
+  int64_t spec_num_drafts = 0;
+  int64_t spec_num_draft_tokens = 0;
+  int64_t spec_num_accepted_tokens = 0;
+  std::vector<int64_t> spec_num_accepted_tokens_per_pos;
+  int64_t spec_proposed = 0;  // drafted tokens, verified or cut by the length policy
+  double draft_seconds = 0, forward_seconds = 0, step_seconds = 0;
+  // Rounds the scheduler chose to verify l drafts, l = 0..K (index l).
+  std::vector<int64_t> spec_verify_length_hist;
+  // Latency histograms, in seconds.
+  Histogram ttft{ttft_buckets()};
+  Histogram itl{itl_buckets()};
+  Histogram e2e{e2e_buckets()};
+  Histogram queue_time{e2e_buckets()};
+};
+
+}  // namespace dspark

@@ -1,0 +1,420 @@
+// The serving engine: continuous batching with speculative decoding across requests.
+// - f32 greedy output of every request equals `generate` alone, at every concurrency, with
+//   chunked prefill, staggered arrivals and preemption;
+// - a sampled request's output depends only on the request (seed-and-position keyed streams);
+// - concurrent sampled requests at mixed temperatures, with the batch-aware scheduler, follow the
+//   target's exact distribution, and a scheduler that looks at the token it admits fails that test;
+// - aborts free the request's KV blocks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "../data/test_util.h"
+#include "../spec_decode/fixtures.h"
+#include "../spec_decode/stats.h"
+#include "model/forward.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "runtime/spec_generate.h"
+#include "spec_decode/prefix_scheduler.h"
+
+namespace dspark {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace dspark::testing;
+using json = nlohmann::json;
+
+#ifndef DSPARK_MODELS_DIR
+#error "DSPARK_MODELS_DIR must name the repository's models/ directory"
+#endif
+const std::string kModels = DSPARK_MODELS_DIR;
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  std::string text, finish_reason;
+  int outputs = 0;
+  bool finished = false;
+};
+
+// Submits every request (arrival[i]: the step before which request i is submitted) and steps
+// the engine on this thread until all are done.
+std::vector<Collected> run_all(Engine& e, const std::vector<EngineRequest>& reqs,
+                               const std::vector<int>& arrival = {}) {
+  std::vector<Collected> got(reqs.size());
+  size_t submitted = 0;
+  for (int step = 0;; ++step) {
+    for (size_t i = submitted; i < reqs.size(); ++i) {
+      if (!arrival.empty() && arrival[i] > step) break;
+      e.submit(reqs[i], [&got, i](RequestOutput&& o) {
+        Collected& c = got[i];
+        EXPECT_FALSE(c.finished) << "output after the end of request " << i;
+        c.tokens.insert(c.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+        c.text += o.text;
+        ++c.outputs;
+        if (o.finished) {
+          c.finished = true;
+          c.finish_reason = o.finish_reason;
+        }
+      });
+      submitted = i + 1;
+    }
+    const bool busy = e.step();
+    if (!busy && submitted == reqs.size()) break;
+    if (step > 100000) {
+      ADD_FAILURE() << "the engine never finished";
+      break;
+    }
+  }
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].finished) << "request " << i;
+  return got;
+}
+
+// ---------------------------------------------------------------- the demo models, f32 greedy
+
+struct Demo {
+  std::unique_ptr<Model> target;
+  std::unique_ptr<Tokenizer> tok;
+  std::vector<std::vector<int32_t>> prompts;
+
+  Demo() {
+    const std::string dir = kModels + "/demo";
+    target = Model::load(dir, LoadOptions{DType::F32});
+    tok = Tokenizer::from_dir(dir);
+    const char* texts[] = {
+        "Tom has 15 apples and gives 6 to Ana. How many apples does Tom have left?",
+        "Write a short note about the weather.",
+        "What is 7 times 8?",
+        "A train travels 60 km in 1 hour. How far does it go in 3 hours? Explain step by step.",
+        "List three colours.",
+        "Sam buys 4 pens at 3 dollars each and pays with a 20 dollar bill. What is his change?"};
+    const ChatFormat fmt = detect_chat_format(*tok);
+    for (const char* t : texts)
+      prompts.push_back(tok->encode(apply_chat_template(fmt, {{"user", t}}, true)));
+  }
+  GenerateParams params(int max_tokens) const {
+    GenerateParams gp;
+    gp.max_tokens = max_tokens;
+    gp.stop_token_ids = target->config().eos_token_ids;
+    return gp;
+  }
+  std::vector<int32_t> alone(const std::vector<int32_t>& prompt, const GenerateParams& gp) const {
+    KvCache kv(target->config().num_layers, target->config().num_kv_heads,
+               target->config().head_dim, DType::F32, 4096);
+    Forward fwd(*target, kv);
+    return generate(fwd, kv.create_sequence(), *tok, prompt, gp).tokens;
+  }
+  std::unique_ptr<Engine> engine(EngineOptions opt, const std::string& spec_json) const {
+    opt.kv_dtype = DType::F32;
+    if (spec_json.empty()) return std::make_unique<Engine>(*target, *tok, opt);
+    SpecConfig sc = SpecConfig::parse(spec_json);
+    auto d = load_drafter(sc, *target, DType::F32);
+    auto policy = make_verify_policy(sc, *target, DType::F32, opt.max_num_batched_tokens);
+    return std::make_unique<Engine>(*target, *tok, opt, std::move(d), sc, std::move(policy));
+  }
+};
+
+std::string demo_spec(bool adaptive) {
+  json j = {{"model", kModels + "/demo-dspark"},
+            {"method", "dspark"},
+            {"num_speculative_tokens", 8},
+            {"draft_sample_method", "probabilistic"},
+            {"rejection_sample_method", "block"}};
+  if (adaptive) j["enable_adaptive_verification"] = true;
+  return j.dump();
+}
+
+TEST(Engine, F32GreedyEqualsGenerateAloneAtEveryConcurrency) {
+  if (!fs::exists(kModels + "/demo/config.json") ||
+      !fs::exists(kModels + "/demo-dspark/config.json"))
+    GTEST_SKIP() << "models/demo and models/demo-dspark are not in this checkout";
+  Demo demo;
+  const GenerateParams gp = demo.params(40);
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& p : demo.prompts) want.push_back(demo.alone(p, gp));
+  std::vector<EngineRequest> reqs;
+  for (size_t i = 0; i < demo.prompts.size(); ++i)
+    reqs.push_back({"r" + std::to_string(i), demo.prompts[i], gp});
+
+  struct Case {
+    const char* name;
+    std::string spec;
+    int max_seqs, batched_tokens;
+    int64_t kv_tokens;
+    bool staggered;
+  };
+  const std::vector<Case> cases = {
+      {"plain, 1 at a time", "", 1, 2048, 0, false},
+      {"plain, all at once", "", 6, 2048, 0, false},
+      {"dspark full blocks, all at once", demo_spec(false), 6, 2048, 0, false},
+      {"dspark adaptive, all at once", demo_spec(true), 6, 2048, 0, false},
+      {"dspark, 16-token steps (chunked prefill beside decoding)", demo_spec(false), 4, 16, 0,
+       true},
+      {"dspark, staggered arrivals", demo_spec(true), 3, 64, 0, true},
+      {"dspark, a KV pool for two (preemption)", demo_spec(false), 6, 2048, 160, false},
+      {"plain, a KV pool for two (preemption)", "", 6, 2048, 128, false},
+  };
+  for (const Case& c : cases) {
+    EngineOptions opt;
+    opt.max_num_seqs = c.max_seqs;
+    opt.max_num_batched_tokens = c.batched_tokens;
+    opt.kv_tokens = c.kv_tokens;
+    auto e = demo.engine(opt, c.spec);
+    std::vector<int> arrival;
+    if (c.staggered)
+      for (size_t i = 0; i < reqs.size(); ++i) arrival.push_back(int(i) * 3);
+    const auto got = run_all(*e, reqs, arrival);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(got[i].tokens, want[i]) << c.name << ": request " << i;
+    const EngineMetrics m = e->metrics();
+    if (c.kv_tokens > 0) {
+      EXPECT_GT(m.num_preemptions, 0) << c.name << ": the small pool never preempted";
+    }
+    if (!c.spec.empty()) {
+      EXPECT_GT(m.spec_num_accepted_tokens, 0) << c.name;
+    }
+    EXPECT_EQ(m.num_requests_running, 0);
+    EXPECT_EQ(m.kv_cache_usage_perc, 0.0)
+        << c.name << ": blocks still held after every request ended";
+  }
+}
+
+TEST(Engine, SampledOutputDependsOnlyOnTheRequest) {
+  if (!fs::exists(kModels + "/demo-dspark/config.json"))
+    GTEST_SKIP() << "models/demo-dspark is not in this checkout";
+  Demo demo;
+  GenerateParams gp = demo.params(32);
+  gp.sampling.temperature = 0.8f;
+  gp.sampling.top_p = 0.95f;
+  gp.sampling.seed = 1234;
+  const EngineRequest probe{"probe", demo.prompts[0], gp};
+  std::vector<EngineRequest> crowd = {probe};
+  for (size_t i = 1; i < demo.prompts.size(); ++i) {
+    GenerateParams o = gp;
+    o.sampling.temperature = i % 2 ? 0.f : 1.1f;
+    o.sampling.seed = 99 + i;
+    crowd.push_back({"other", demo.prompts[i], o});
+  }
+  for (const std::string& spec : {std::string(), demo_spec(false)}) {
+    EngineOptions opt;
+    opt.max_num_seqs = 8;
+    auto alone = run_all(*demo.engine(opt, spec), {probe});
+    auto together = run_all(*demo.engine(opt, spec), crowd, {0, 0, 1, 2, 2, 5});
+    EXPECT_EQ(together[0].tokens, alone[0].tokens) << (spec.empty() ? "plain" : "dspark");
+    EXPECT_EQ(together[0].text, alone[0].text);
+  }
+}
+
+TEST(Engine, AbortFreesTheRequestsBlocks) {
+  if (!fs::exists(kModels + "/demo-dspark/config.json"))
+    GTEST_SKIP() << "models/demo-dspark is not in this checkout";
+  Demo demo;
+  EngineOptions opt;
+  auto e = demo.engine(opt, demo_spec(false));
+  GenerateParams gp = demo.params(400);
+  gp.stop_token_ids.clear();
+  std::string reason;
+  int outputs = 0;
+  const uint64_t h = e->submit({"long", demo.prompts[3], gp}, [&](RequestOutput&& o) {
+    ++outputs;
+    if (o.finished) reason = o.finish_reason;
+  });
+  for (int i = 0; i < 4; ++i) e->step();
+  EXPECT_GT(e->metrics().kv_cache_usage_perc, 0.0);
+  e->abort(h);
+  while (e->step()) {
+  }
+  EXPECT_EQ(reason, "abort");
+  EXPECT_EQ(e->metrics().kv_cache_usage_perc, 0.0);
+  EXPECT_EQ(e->metrics().request_success["abort"], 1);
+}
+
+TEST(Engine, RefusesRequestsItCanNeverRun) {
+  if (!fs::exists(kModels + "/demo/config.json"))
+    GTEST_SKIP() << "models/demo is not in this checkout";
+  Demo demo;
+  EngineOptions opt;
+  opt.max_model_len = 64;
+  auto e = demo.engine(opt, "");
+  auto err = [&](EngineRequest r) {
+    try {
+      e->submit(std::move(r), nullptr);
+    } catch (const std::exception& x) {
+      return std::string(x.what());
+    }
+    return std::string();
+  };
+  GenerateParams gp = demo.params(8);
+  EXPECT_NE(err({"a", std::vector<int32_t>(70, 5), gp}).find("70"), std::string::npos);
+  EXPECT_NE(err({"b", {}, gp}).find("prompt"), std::string::npos);
+  EXPECT_NE(err({"c", {1, 2, 99999}, gp}).find("99999"), std::string::npos);
+  gp.max_tokens = 60;
+  EXPECT_NE(err({"d", std::vector<int32_t>(10, 5), gp}).find("max_tokens"), std::string::npos);
+  gp.max_tokens = 8;
+  gp.sampling.top_p = 0;
+  EXPECT_NE(err({"e", {1, 2}, gp}).find("top_p"), std::string::npos);
+}
+
+// ---------------------------------------------------------------- batched losslessness
+
+// Looks at the token it admits: verifies drafts while each is the most likely token of its q
+// (a confident-looking draft), which lets x_k decide whether x_k is verified.
+class TokenPeekingPolicy : public VerifyLengthPolicy {
+ public:
+  void choose(std::span<const Draft* const> drafts, std::span<int> lengths) override {
+    for (size_t r = 0; r < drafts.size(); ++r) {
+      const Draft& d = *drafts[r];
+      int l = 0;
+      while (l < int(d.tokens.size()) && !d.q.empty()) {
+        const float* q = d.q_row(l);
+        if (std::max_element(q, q + d.vocab) - q != d.tokens[size_t(l)]) break;
+        ++l;
+      }
+      lengths[r] = l;
+    }
+  }
+};
+
+struct Tiny {
+  fs::path dir = temp_dir("engine");
+  ModelConfig cfg = tiny_target(6);
+  std::unique_ptr<Model> target =
+      Model::build(cfg, *random_source(21, 0.5f), LoadOptions{DType::F32});
+  std::unique_ptr<Tokenizer> tok;
+  Tiny() {
+    std::ofstream(dir / "tokenizer.json") << tiny_tokenizer_json();
+    tok = Tokenizer::from_file((dir / "tokenizer.json").string());
+  }
+  ~Tiny() { fs::remove_all(dir); }
+
+  // Exact joint distribution of the first n tokens after `prompt`.
+  std::vector<double> exact(const std::vector<int32_t>& prompt, const SamplingParams& sp,
+                            int n) const {
+    KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, DType::F32, 1 << 12);
+    Forward fwd(*target, kv);
+    Sampler sampler;
+    std::vector<float> p(size_t(cfg.vocab_size));
+    std::vector<double> out;
+    std::function<void(std::vector<int32_t>&, double, int)> rec = [&](std::vector<int32_t>& ctx,
+                                                                      double mass, int depth) {
+      if (depth == n) {
+        out.push_back(mass);
+        return;
+      }
+      const int seq = kv.create_sequence();
+      sampler.dense(prefill(fwd, seq, ctx, 512), cfg.vocab_size, sp, p.data());
+      kv.free_sequence(seq);
+      const std::vector<float> probs = p;
+      for (int v = 0; v < cfg.vocab_size; ++v) {
+        ctx.push_back(v);
+        rec(ctx, mass * probs[size_t(v)], depth + 1);
+        ctx.pop_back();
+      }
+    };
+    std::vector<int32_t> ctx = prompt;
+    rec(ctx, 1.0, 0);
+    return out;
+  }
+};
+
+// Requests of two temperatures (and a greedy one) share every step; each class's first three
+// tokens are tested against the target's exact joint distribution.
+std::map<int, ChiSquare> batched_fit(Tiny& t, std::unique_ptr<VerifyLengthPolicy> policy,
+                                     bool block, int groups, EngineMetrics* metrics_out) {
+  DrafterSpec s;
+  s.std = 0.6f;
+  write_dspark((t.dir / "dspark").string(), t.cfg, s);
+  json j = {{"model", (t.dir / "dspark").string()},
+            {"num_speculative_tokens", 3},
+            {"draft_sample_method", "probabilistic"}};
+  if (block) j["rejection_sample_method"] = "block";
+  SpecConfig sc = SpecConfig::parse(j.dump());
+  EngineOptions opt;
+  opt.max_num_seqs = 5;
+  opt.kv_dtype = DType::F32;
+  Engine e(*t.target, *t.tok, opt, load_drafter(sc, *t.target, DType::F32), sc, std::move(policy));
+  const std::vector<int32_t> prompt = {1, 4, 2};
+  SamplingParams hot, warm;
+  hot.temperature = 0.9f;
+  hot.top_k = 5;
+  warm.temperature = 0.6f;
+  const std::vector<SamplingParams> classes = {hot, warm};
+  const int n = 3, V = t.cfg.vocab_size;
+  std::vector<std::vector<int64_t>> counts(classes.size(),
+                                           std::vector<int64_t>(size_t(V * V * V), 0));
+  GenerateParams greedy_gp;
+  greedy_gp.max_tokens = n;
+  std::vector<int32_t> greedy_want;
+  {
+    KvCache kv(t.cfg.num_layers, t.cfg.num_kv_heads, t.cfg.head_dim, DType::F32, 1 << 12);
+    Forward fwd(*t.target, kv);
+    greedy_want = generate(fwd, kv.create_sequence(), *t.tok, prompt, greedy_gp).tokens;
+  }
+  for (int g = 0; g < groups; ++g) {
+    std::vector<EngineRequest> reqs;
+    for (int c = 0; c < 4; ++c) {
+      GenerateParams gp;
+      gp.max_tokens = n + 4;  // rounds of up to 3 drafts; the first n tokens are counted
+      gp.sampling = classes[size_t(c % 2)];
+      gp.sampling.seed = uint64_t(g) * 7919 + uint64_t(c) * 104729 + 17;
+      reqs.push_back({"", prompt, gp});
+    }
+    reqs.push_back({"greedy", prompt, greedy_gp});
+    const auto got = run_all(e, reqs);
+    for (int c = 0; c < 4; ++c) {
+      if (got[size_t(c)].tokens.size() != size_t(n + 4)) {
+        ADD_FAILURE() << "group " << g << " request " << c << " gave "
+                      << got[size_t(c)].tokens.size() << " tokens";
+        return {};
+      }
+      size_t cell = 0;
+      for (int i = 0; i < n; ++i)
+        cell = cell * size_t(V) + size_t(got[size_t(c)].tokens[size_t(i)]);
+      ++counts[size_t(c % 2)][cell];
+    }
+    EXPECT_EQ(got[4].tokens, greedy_want)
+        << "group " << g << ": the greedy request beside sampled ones";
+  }
+  std::map<int, ChiSquare> fit;
+  for (size_t c = 0; c < classes.size(); ++c)
+    fit[int(c)] = chi_square(counts[c], t.exact(prompt, classes[c], n));
+  if (metrics_out) *metrics_out = e.metrics();
+  return fit;
+}
+
+TEST(EngineLossless, ConcurrentSampledRequestsFollowTheTargetWithTheBatchScheduler) {
+  for (bool block : {false, true}) {
+    Tiny t;
+    // A cost curve on which the batch scheduler cuts blocks depending on everyone's confidences.
+    std::vector<double> sps{0.0};
+    for (int b = 1; b <= 40; ++b) sps.push_back(1.0 / (1.0 + 0.06 * b));
+    auto sched = std::make_unique<PrefixScheduler>(sps);
+    EngineMetrics m;
+    const auto fit = batched_fit(t, std::move(sched), block, 3500, &m);
+    ASSERT_EQ(fit.size(), 2u);
+    for (const auto& [c, cs] : fit)
+      EXPECT_GT(cs.p_value, 0.001) << (block ? "block" : "token-level") << " class " << c
+                                   << ": chi2 " << cs.statistic << " dof " << cs.dof;
+    // The scheduler chose several lengths, and drafts were both accepted and rejected.
+    int lengths_used = 0;
+    for (int64_t n : m.spec_verify_length_hist) lengths_used += n > 0;
+    EXPECT_GE(lengths_used, 3) << "the scheduler always chose the same length";
+    EXPECT_GT(m.spec_num_accepted_tokens, 0);
+    EXPECT_LT(m.spec_num_accepted_tokens, m.spec_num_draft_tokens);
+  }
+}
+
+TEST(EngineLossless, ASchedulerThatLooksAtTheTokenFailsTheSameTest) {
+  Tiny t;
+  const auto fit = batched_fit(t, std::make_unique<TokenPeekingPolicy>(), false, 3500, nullptr);
+  ASSERT_EQ(fit.size(), 2u);
+  double worst = 1;
+  for (const auto& [c, cs] : fit) worst = std::min(worst, cs.p_value);
+  EXPECT_LT(worst, 1e-6) << "a length policy that looks at the drafted token went undetected";
+}
+
+}  // namespace
+}  // namespace dspark

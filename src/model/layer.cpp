@@ -17,13 +17,16 @@ namespace {
 struct OpProfile {
   bool on = std::getenv("DSPARK_PROFILE") != nullptr;
   double seconds[8] = {};
-  const char* names[8] = {"norms", "qkv gemm", "rope+kv write", "attention", "o gemm", "gate_up gemm", "silu", "down gemm"};
+  const char* names[8] = {"norms",  "qkv gemm",     "rope+kv write", "attention",
+                          "o gemm", "gate_up gemm", "silu",          "down gemm"};
   ~OpProfile() {
     if (!on) return;
     double total = 0;
     for (double t : seconds) total += t;
     std::fprintf(stderr, "decoder layer profile (%.3f s):\n", total);
-    for (int i = 0; i < 8; ++i) std::fprintf(stderr, "  %-14s %8.3f s %5.1f%%\n", names[i], seconds[i], 100 * seconds[i] / total);
+    for (int i = 0; i < 8; ++i)
+      std::fprintf(stderr, "  %-14s %8.3f s %5.1f%%\n", names[i], seconds[i],
+                   100 * seconds[i] / total);
   }
 };
 OpProfile g_profile;
@@ -39,8 +42,8 @@ struct Marker {
 };
 
 // q/k norm (Qwen3), RoPE, and (when `write_kv`) the K/V write, per row.
-void qk_rope_write(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
-                   float* qkv, int64_t ld, int64_t k_offset, bool has_q) {
+void qk_rope_write(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,
+                   const LayerRows& rows, float* qkv, int64_t ld, int64_t k_offset, bool has_q) {
   const int64_t hd = c.head_dim, half = hd / 2;
   const int chunk = 16;
   parallel_for((rows.n + chunk - 1) / chunk, [&](int task) {
@@ -70,7 +73,8 @@ void LayerScratch::ensure(const ModelConfig& c, int n, int64_t in) {
   act.resize(rows * size_t(c.intermediate_size));
 }
 
-void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, int n, float* cos, float* sin) {
+void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, int n, float* cos,
+                 float* sin) {
   const size_t half = inv_freq.size();
   for (int i = 0; i < n; ++i) {
     const float pos = float(positions[i]);
@@ -82,7 +86,8 @@ void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, i
   }
 }
 
-LayerRows SeqRows::make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n, Visibility v) {
+LayerRows SeqRows::make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n,
+                        Visibility v) {
   positions.resize(size_t(n));
   visible.resize(size_t(n));
   tables.resize(size_t(n));
@@ -95,11 +100,35 @@ LayerRows SeqRows::make(const std::vector<float>& inv_freq, const int32_t* table
     tables[size_t(i)] = table;
   }
   rope_tables(inv_freq, positions.data(), n, cos.data(), sin.data());
-  return {n, positions.data(), tables.data(), v == Visibility::None ? nullptr : visible.data(), cos.data(), sin.data()};
+  return {
+      n,          positions.data(), tables.data(), v == Visibility::None ? nullptr : visible.data(),
+      cos.data(), sin.data()};
 }
 
-void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
-                     const float* xn, int64_t in, float* residual, LayerScratch& s) {
+LayerRows SeqRows::make_blocks(const std::vector<float>& inv_freq,
+                               const std::vector<Block>& blocks) {
+  int n = 0;
+  for (const Block& b : blocks) n += b.n;
+  positions.resize(size_t(n));
+  visible.resize(size_t(n));
+  tables.resize(size_t(n));
+  const size_t half = inv_freq.size();
+  cos.resize(size_t(n) * half);
+  sin.resize(size_t(n) * half);
+  int row = 0;
+  for (const Block& b : blocks)
+    for (int i = 0; i < b.n; ++i, ++row) {
+      positions[size_t(row)] = b.p0 + i;
+      visible[size_t(row)] = b.p0 + b.n;
+      tables[size_t(row)] = b.table;
+    }
+  rope_tables(inv_freq, positions.data(), n, cos.data(), sin.data());
+  return {n, positions.data(), tables.data(), visible.data(), cos.data(), sin.data()};
+}
+
+void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,
+                     const LayerRows& rows, const float* xn, int64_t in, float* residual,
+                     LayerScratch& s) {
   const int n = rows.n;
   const int64_t H = c.hidden_size, qkv_ld = c.q_dim() + 2 * c.kv_dim();
   s.ensure(c, n, in);
@@ -123,14 +152,15 @@ void mlp_block(const ModelConfig& c, const LayerWeights& L, int n, float* h, Lay
   mark(0);
   gemm(s.xn.data(), n, H, L.gate_up, s.gate_up.data(), 2 * c.intermediate_size);
   mark(5);
-  silu_mul(s.gate_up.data(), 2 * c.intermediate_size, s.act.data(), c.intermediate_size, n, c.intermediate_size);
+  silu_mul(s.gate_up.data(), 2 * c.intermediate_size, s.act.data(), c.intermediate_size, n,
+           c.intermediate_size);
   mark(6);
   gemm(s.act.data(), n, c.intermediate_size, L.down, h, H, /*accumulate=*/true);
   mark(7);
 }
 
-void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
-                   float* h, LayerScratch& s) {
+void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,
+                   const LayerRows& rows, float* h, LayerScratch& s) {
   const int64_t H = c.hidden_size;
   s.ensure(c, rows.n, H);
   Marker mark;
@@ -140,8 +170,8 @@ void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLay
   mlp_block(c, L, rows.n, h, s);
 }
 
-void inject_context_kv(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
-                       const float* x, LayerScratch& s) {
+void inject_context_kv(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,
+                       const LayerRows& rows, const float* x, LayerScratch& s) {
   if (rows.n == 0) return;
   const int64_t H = c.hidden_size, kv2 = 2 * c.kv_dim();
   s.ensure(c, rows.n, H);

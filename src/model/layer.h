@@ -35,7 +35,15 @@ struct SeqRows {
   Buffer<int32_t> positions, visible;
   Buffer<const int32_t*> tables;
   Buffer<float> cos, sin;
-  LayerRows make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n, Visibility v);
+  LayerRows make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n,
+                 Visibility v);
+  // The rows of several sequences' blocks one after another (drafters batching their rounds),
+  // each with WholeBlock visibility: block b is n positions p0.. of the sequence with `table`.
+  struct Block {
+    const int32_t* table;
+    int p0, n;
+  };
+  LayerRows make_blocks(const std::vector<float>& inv_freq, const std::vector<Block>& blocks);
 };
 
 // Scratch buffers of a layer call; grow to the largest n seen, then are reused.
@@ -45,23 +53,25 @@ struct LayerScratch {
 };
 
 // cos/sin of position * inv_freq (f32, as HF computes them), half = inv_freq.size() per row.
-void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, int n, float* cos, float* sin);
+void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, int n, float* cos,
+                 float* sin);
 
 // h[n, H] += attention(input_layernorm(h)); h += mlp(post_attention_layernorm(h)).
 // Writes the rows' K/V into `kv` at their positions before attending.
-void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
-                   float* h, LayerScratch& s);
+void decoder_layer(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,
+                   const LayerRows& rows, float* h, LayerScratch& s);
 
 // The attention half of a layer on inputs that are already normed: xn[n, in] -> qkv ->
 // q/k norm, RoPE, K/V write -> attention -> residual[n, H] += o_proj(attn).
-void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
-                     const float* xn, int64_t in, float* residual, LayerScratch& s);
+void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,
+                     const LayerRows& rows, const float* xn, int64_t in, float* residual,
+                     LayerScratch& s);
 // The MLP half: h[n, H] += down(silu(gate(post_norm(h))) * up(post_norm(h))).
 void mlp_block(const ModelConfig& c, const LayerWeights& L, int n, float* h, LayerScratch& s);
 
 // DFlash/DSpark context injection: K = k_norm(W_k x) with RoPE and V = W_v x for context rows
 // x[n, H] (already fused and normed by the drafter), written into `kv`. No queries.
-void inject_context_kv(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv, const LayerRows& rows,
-                       const float* x, LayerScratch& s);
+void inject_context_kv(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,
+                       const LayerRows& rows, const float* x, LayerScratch& s);
 
 }  // namespace dspark

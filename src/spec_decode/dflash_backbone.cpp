@@ -9,15 +9,22 @@
 namespace dspark {
 
 std::vector<std::string> dflash_backbone_names(const DrafterConfig& cfg) {
-  std::vector<std::string> n{
-      "fc.weight", "hidden_norm.weight", "norm.weight", "embed_tokens.weight", "lm_head.weight", "d2t", "t2d"};
+  std::vector<std::string> n{"fc.weight",
+                             "hidden_norm.weight",
+                             "norm.weight",
+                             "embed_tokens.weight",
+                             "lm_head.weight",
+                             "d2t",
+                             "t2d"};
   for (int i = 0; i < cfg.layers.num_layers; ++i)
-    for (auto& s : decoder_layer_names(cfg.layers, "layers." + std::to_string(i) + ".")) n.push_back(s);
+    for (auto& s : decoder_layer_names(cfg.layers, "layers." + std::to_string(i) + "."))
+      n.push_back(s);
   return n;
 }
 
-DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
-                               size_t arena_extra, int64_t kv_tokens, std::vector<int32_t> to_target)
+DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target,
+                               const WeightSource& src, DType dtype, size_t arena_extra,
+                               int64_t kv_tokens, std::vector<int32_t> to_target)
     : cfg_(cfg),
       target_vocab_(target.config().vocab_size),
       to_target_(std::move(to_target)),
@@ -28,18 +35,20 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
   if (H != T.hidden_size)
     fail(cfg.path, ": the drafter's hidden_size ", H, " differs from the target's ", T.hidden_size);
   if (L.vocab_size != T.vocab_size)
-    fail(cfg.path, ": the drafter's vocab_size ", L.vocab_size, " differs from the target's ", T.vocab_size);
+    fail(cfg.path, ": the drafter's vocab_size ", L.vocab_size, " differs from the target's ",
+         T.vocab_size);
   if (cfg.mask_token_id >= T.vocab_size)
-    fail(cfg.path, ": field 'mask_token_id' ", cfg.mask_token_id, " is outside the target's vocabulary (", T.vocab_size,
-         ")");
+    fail(cfg.path, ": field 'mask_token_id' ", cfg.mask_token_id,
+         " is outside the target's vocabulary (", T.vocab_size, ")");
   for (int id : cfg.target_layer_ids)
     if (id < -1 || id >= T.num_layers)
-      fail(cfg.path, ": target layer id ", id, " is outside the target's layers [-1, ", T.num_layers - 1, "]");
+      fail(cfg.path, ": target layer id ", id, " is outside the target's layers [-1, ",
+           T.num_layers - 1, "]");
   const bool own_embed = src.has("embed_tokens.weight"), own_head = src.has("lm_head.weight");
   const bool reduced = !to_target_.empty(), full = !reduced || cfg.keeps_full_head;
   const int64_t Vd = int64_t(to_target_.size()), head_rows = full ? T.vocab_size : Vd;
-  size_t bytes =
-      WeightArena::matrix_bytes(dtype, H, feat) + decoder_layer_bytes(L, dtype, H) * size_t(L.num_layers) + arena_extra;
+  size_t bytes = WeightArena::matrix_bytes(dtype, H, feat) +
+                 decoder_layer_bytes(L, dtype, H) * size_t(L.num_layers) + arena_extra;
   if (own_embed) bytes += WeightArena::matrix_bytes(dtype, T.vocab_size, H);
   if (own_head) bytes += WeightArena::matrix_bytes(dtype, head_rows, H);
   if (reduced && full) bytes += WeightArena::matrix_bytes(dtype, Vd, H);
@@ -57,7 +66,8 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
     embed_ = &target.embed();
   }
   if (!full && !own_head)
-    fail(cfg.path, ": a head of the draft vocabulary only needs the drafter's own 'lm_head.weight'");
+    fail(cfg.path,
+         ": a head of the draft vocabulary only needs the drafter's own 'lm_head.weight'");
   const WeightMatrix* head = &target.lm_head();
   if (own_head) {
     own_lm_head_ = arena_->matrix(src, "lm_head.weight", head_rows, H);
@@ -79,8 +89,8 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target, co
   }
 }
 
-int32_t DflashBackbone::draw(const float* z, bool draft_vocab, const DraftSampling& ds, Sampler& sampler,
-                             float* q_row) {
+int32_t DflashBackbone::draw(const float* z, bool draft_vocab, const DraftSampling& ds,
+                             Sampler& sampler, float* q_row) {
   const int n = head(draft_vocab).n;
   if (!ds.dense_q()) return to_target(draft_vocab, argmax(z, n));
   if (!draft_vocab) {
@@ -95,8 +105,12 @@ int32_t DflashBackbone::draw(const float* z, bool draft_vocab, const DraftSampli
   return to_target_[size_t(d)];
 }
 
-int DflashBackbone::new_sequence() { return kv_.create_sequence(); }
-void DflashBackbone::free_sequence(int seq) { kv_.free_sequence(seq); }
+int DflashBackbone::new_sequence() {
+  return kv_.create_sequence();
+}
+void DflashBackbone::free_sequence(int seq) {
+  kv_.free_sequence(seq);
+}
 
 void DflashBackbone::add_context(int seq, const float* feats, int rows, int width, int pos) {
   if (rows == 0) return;
@@ -110,26 +124,71 @@ void DflashBackbone::add_context(int seq, const float* feats, int rows, int widt
   rmsnorm(ctx_.data(), H, hidden_norm_, ctx_.data(), H, rows, int(H), L.rms_norm_eps);
   kv_.reserve(seq, pos + rows);
   kv_.set_length(seq, pos + rows);
-  const LayerRows lr = rows_.make(inv_freq_, kv_.block_table(seq), pos, rows, SeqRows::Visibility::None);
+  const LayerRows lr =
+      rows_.make(inv_freq_, kv_.block_table(seq), pos, rows, SeqRows::Visibility::None);
   for (int l = 0; l < L.num_layers; ++l)
     inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
 }
 
-const float* DflashBackbone::run_block(int seq, std::span<const int32_t> tokens, int p0) {
+void DflashBackbone::draft_logits(std::span<const DraftJob> jobs, int first_row,
+                                  std::vector<float*>& logits, std::vector<const float*>& hidden,
+                                  std::vector<bool>& dv) {
   const ModelConfig& L = cfg_.layers;
-  const int n = int(tokens.size());
+  const int gamma = cfg_.block_size;
   const int64_t H = L.hidden_size;
-  if (kv_.length(seq) != p0) fail("drafter: the block starts at ", p0, " but the context ends at ", kv_.length(seq));
-  kv_.reserve(seq, p0 + n);
-  kv_.set_length(seq, p0 + n);
+  logits.assign(jobs.size(), nullptr);
+  hidden.assign(jobs.size(), nullptr);
+  dv.assign(jobs.size(), false);
+  blocks_.clear();
+  block_tokens_.clear();
+  for (const DraftJob& j : jobs) {
+    if (j.k <= 0) continue;
+    if (first_row + j.k > gamma)
+      fail("drafter: ", j.k, " drafts requested, the block of ", gamma, " yields ",
+           gamma - first_row);
+    if (kv_.length(j.seq) != j.pos)
+      fail("drafter: the block starts at ", j.pos, " but the context ends at ", kv_.length(j.seq));
+    kv_.reserve(j.seq, j.pos + gamma);
+    kv_.set_length(j.seq, j.pos + gamma);
+    block_tokens_.push_back(j.anchor);  // the anchor slot, then masks
+    block_tokens_.insert(block_tokens_.end(), size_t(gamma - 1), cfg_.mask_token_id);
+    blocks_.push_back({kv_.block_table(j.seq), j.pos, gamma});
+  }
+  if (blocks_.empty()) return;
+  const int n = int(block_tokens_.size());
   h_.resize(size_t(n) * size_t(H));
   out_.resize(size_t(n) * size_t(H));
-  embed_rows(embed_->data, embed_->dtype, int(H), tokens.data(), n, h_.data(), H);
-  const LayerRows lr = rows_.make(inv_freq_, kv_.block_table(seq), p0, n, SeqRows::Visibility::WholeBlock);
-  for (int l = 0; l < L.num_layers; ++l) decoder_layer(L, layers_[size_t(l)], kv_.layer(l), lr, h_.data(), scratch_);
-  kv_.truncate(seq, p0);  // keep context rows only
+  embed_rows(embed_->data, embed_->dtype, int(H), block_tokens_.data(), n, h_.data(), H);
+  const LayerRows lr = rows_.make_blocks(inv_freq_, blocks_);
+  for (int l = 0; l < L.num_layers; ++l)
+    decoder_layer(L, layers_[size_t(l)], kv_.layer(l), lr, h_.data(), scratch_);
+  for (const DraftJob& j : jobs)
+    if (j.k > 0) kv_.truncate(j.seq, j.pos);  // keep context rows only
   rmsnorm(h_.data(), H, norm_, out_.data(), H, n, int(H), L.rms_norm_eps);
-  return out_.data();
+  // Gather each job's scored rows per head, one product per head.
+  int rows[2] = {0, 0};
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (jobs[i].k > 0) {
+      dv[i] = drafts_over_draft_vocab(jobs[i].sampling);
+      rows[dv[i]] += jobs[i].k;
+    }
+  for (int g = 0; g < 2; ++g) {
+    if (rows[g] == 0) continue;
+    const WeightMatrix& head = this->head(g == 1);
+    head_in_[g].resize(size_t(rows[g]) * size_t(H));
+    head_out_[g].resize(size_t(rows[g]) * size_t(head.n));
+    int r = 0, b = 0;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (jobs[i].k <= 0) continue;
+      const float* src = out_.data() + (int64_t(b++) * gamma + first_row) * H;
+      if (int(dv[i]) != g) continue;
+      hidden[i] = src;
+      std::memcpy(head_in_[g].data() + int64_t(r) * H, src, size_t(jobs[i].k) * size_t(H) * 4);
+      logits[i] = head_out_[g].data() + int64_t(r) * head.n;
+      r += jobs[i].k;
+    }
+    gemm(head_in_[g].data(), rows[g], H, head, head_out_[g].data(), head.n);
+  }
 }
 
 }  // namespace dspark

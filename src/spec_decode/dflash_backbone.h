@@ -26,8 +26,9 @@ class DflashBackbone {
   // With a draft vocabulary (`to_target[i]`: the target id of draft id i, see draft_vocab_map)
   // the head's rows at those ids are copied at load unless the checkpoint's head holds only them
   // (cfg.keeps_full_head false).
-  DflashBackbone(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
-                 size_t arena_extra, int64_t kv_tokens, std::vector<int32_t> to_target = {});
+  DflashBackbone(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
+                 DType dtype, size_t arena_extra, int64_t kv_tokens,
+                 std::vector<int32_t> to_target = {});
 
   const DrafterConfig& config() const { return cfg_; }
   WeightArena& arena() { return *arena_; }
@@ -39,24 +40,36 @@ class DflashBackbone {
   // Whether a round drafts over the draft vocabulary: always when only it exists, else for
   // greedy drafts (the argmax needs only the tokens the target's answers use; a sampled round's
   // acceptance also rides on the tail of q, so it keeps the full vocabulary).
-  bool drafts_over_draft_vocab(const DraftSampling& ds) const { return draft_head_ && (!full_head_ || !ds.dense_q()); }
+  bool drafts_over_draft_vocab(const DraftSampling& ds) const {
+    return draft_head_ && (!full_head_ || !ds.dense_q());
+  }
   // The head of the draft vocabulary (draft_vocab true) or of the target's; its rows are the
   // logits.
-  const WeightMatrix& head(bool draft_vocab) const { return draft_vocab ? *draft_head_ : *full_head_; }
+  const WeightMatrix& head(bool draft_vocab) const {
+    return draft_vocab ? *draft_head_ : *full_head_;
+  }
   // Draft id -> target id (the identity for the full head).
-  int32_t to_target(bool draft_vocab, int id) const { return draft_vocab ? to_target_[size_t(id)] : id; }
+  int32_t to_target(bool draft_vocab, int id) const {
+    return draft_vocab ? to_target_[size_t(id)] : id;
+  }
   // One draft from the logits z of head(draft_vocab): the argmax, or (ds.dense_q()) a draw from
   // the sampling distribution, whose target-vocabulary form is written to q_row (zero outside the
   // draft vocabulary). Returns the target id.
-  int32_t draw(const float* z, bool draft_vocab, const DraftSampling& ds, Sampler& sampler, float* q_row);
+  int32_t draw(const float* z, bool draft_vocab, const DraftSampling& ds, Sampler& sampler,
+               float* q_row);
 
   int new_sequence();
   void free_sequence(int seq);
   // Appends context rows at positions [pos, pos + feats.rows) (features: taps concatenated).
   void add_context(int seq, const float* feats, int rows, int width, int pos);
-  // Runs block tokens at positions [p0, p0 + n) over the sequence's context (which must end at
-  // p0); returns the final-normed hidden states [n, H]. Block K/V are dropped afterwards.
-  const float* run_block(int seq, std::span<const int32_t> tokens, int p0);
+  // One drafting round for many sequences in one pass: each job's block [anchor, MASK x (n-1)]
+  // (n = block_size) at the job's position runs through the layers together with the others',
+  // then the head scores rows [first_row, first_row + job.k) of each block, one matrix product
+  // per head for the whole batch. logits[j] points to job j's k rows of head(dv[j]) logits
+  // (writable; valid until the next call), hidden[j] to the final-normed hidden states of those
+  // rows ([k, H]), dv[j] whether it drafts over the draft vocabulary. Jobs with k = 0 get null.
+  void draft_logits(std::span<const DraftJob> jobs, int first_row, std::vector<float*>& logits,
+                    std::vector<const float*>& hidden, std::vector<bool>& dv);
 
  private:
   DrafterConfig cfg_;
@@ -67,7 +80,8 @@ class DflashBackbone {
   std::vector<LayerWeights> layers_;
   WeightMatrix own_embed_, own_lm_head_, draft_lm_head_;
   const WeightMatrix* embed_ = nullptr;
-  const WeightMatrix* full_head_ = nullptr;   // [target vocab, H]; null when only the draft one exists
+  const WeightMatrix* full_head_ =
+      nullptr;  // [target vocab, H]; null when only the draft one exists
   const WeightMatrix* draft_head_ = nullptr;  // [draft vocab, H]; null without a draft vocabulary
   std::vector<float> inv_freq_;
   int target_vocab_ = 0;
@@ -75,7 +89,9 @@ class DflashBackbone {
   Buffer<float> qd_;
   KvCache kv_;
   LayerScratch scratch_;
-  Buffer<float> ctx_, h_, out_;
+  Buffer<float> ctx_, h_, out_, head_in_[2], head_out_[2];
+  std::vector<int32_t> block_tokens_;
+  std::vector<SeqRows::Block> blocks_;
   SeqRows rows_;
 };
 

@@ -31,23 +31,32 @@ class DflashDrafter : public Drafter {
   }
   void end(int seq) override { bb_.free_sequence(seq); }
 
-  void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds, Draft& out) override {
-    const DrafterConfig& cfg = bb_.config();
-    if (k > cfg.block_size - 1) fail("dflash: ", k, " drafts requested, the block yields ", cfg.block_size - 1);
-    out.clear();
-    out.vocab = vocab_;
-    if (k <= 0) return;
-    block_.assign(size_t(cfg.block_size), cfg.mask_token_id);
-    block_[0] = anchor;
-    const float* h = bb_.run_block(seq, block_, pos);
-    const bool dv = bb_.drafts_over_draft_vocab(ds);
-    const int64_t H = bb_.hidden(), Vd = bb_.head(dv).n;
-    logits_.resize(size_t(k) * size_t(Vd));
-    gemm(h + H, k, H, bb_.head(dv), logits_.data(), Vd);  // slots 1..k
-    if (ds.dense_q()) out.q.resize(size_t(k) * size_t(vocab_));
-    for (int i = 0; i < k; ++i)
-      out.tokens.push_back(bb_.draw(logits_.data() + int64_t(i) * Vd, dv, ds, sampler_,
-                                    ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr));
+  void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds,
+               Draft& out) override {
+    const DraftJob job{seq, anchor, pos, k, ds, &out};
+    propose_batch(std::span<const DraftJob>(&job, 1));
+  }
+
+  // Every job's block runs through the backbone together; slot i + 1 predicts draft i.
+  void propose_batch(std::span<const DraftJob> jobs) override {
+    const int gamma = bb_.config().block_size;
+    for (const DraftJob& j : jobs) {
+      if (j.k > gamma - 1) fail("dflash: ", j.k, " drafts requested, the block yields ", gamma - 1);
+      j.out->clear();
+      j.out->vocab = vocab_;
+    }
+    bb_.draft_logits(jobs, /*first_row=*/1, logits_, hidden_, dv_);
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      const DraftJob& job = jobs[j];
+      if (job.k <= 0) continue;
+      const int64_t Vd = bb_.head(dv_[j]).n;
+      Draft& out = *job.out;
+      if (job.sampling.dense_q()) out.q.resize(size_t(job.k) * size_t(vocab_));
+      for (int i = 0; i < job.k; ++i)
+        out.tokens.push_back(
+            bb_.draw(logits_[j] + int64_t(i) * Vd, dv_[j], job.sampling, sampler_,
+                     job.sampling.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr));
+    }
   }
 
  private:
@@ -55,14 +64,16 @@ class DflashDrafter : public Drafter {
   int vocab_;
   std::vector<int> layers_;
   Sampler sampler_;
-  std::vector<int32_t> block_;
-  Buffer<float> logits_;
+  std::vector<float*> logits_;
+  std::vector<const float*> hidden_;
+  std::vector<bool> dv_;
 };
 
 }  // namespace
 
-std::unique_ptr<Drafter> make_dflash_drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
-                                             DType dtype, std::vector<int32_t> to_target) {
+std::unique_ptr<Drafter> make_dflash_drafter(const DrafterConfig& cfg, const Model& target,
+                                             const WeightSource& src, DType dtype,
+                                             std::vector<int32_t> to_target) {
   return std::make_unique<DflashDrafter>(cfg, target, src, dtype, std::move(to_target));
 }
 

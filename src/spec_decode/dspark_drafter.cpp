@@ -16,13 +16,16 @@ namespace dspark {
 
 namespace {
 
-float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
+float sigmoid(float x) {
+  return 1.f / (1.f + std::exp(-x));
+}
 
 class DsparkDrafter : public Drafter {
  public:
   DsparkDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
                 std::vector<int32_t> to_target)
-      : bb_(cfg, target, src, dtype, head_bytes(cfg, target, dtype), 1 << 20, std::move(to_target)) {
+      : bb_(cfg, target, src, dtype, head_bytes(cfg, target, dtype), 1 << 20,
+            std::move(to_target)) {
     const int64_t V = target.config().vocab_size, H = bb_.hidden(), r = cfg.markov_rank;
     vocab_ = int(V);
     WeightArena& a = bb_.arena();
@@ -30,7 +33,8 @@ class DsparkDrafter : public Drafter {
       // W1 is read by the previous token's target id; W2 adds a bias to each logit of the head, so
       // it has the head's rows (the draft vocabulary's copied at load when the full head is kept).
       w1_ = a.matrix(src, "markov_head.markov_w1.weight", V, r);
-      w2_ = a.matrix(src, "markov_head.markov_w2.weight", bb_.has_full_head() ? V : cfg.draft_vocab_size, r);
+      w2_ = a.matrix(src, "markov_head.markov_w2.weight",
+                     bb_.has_full_head() ? V : cfg.draft_vocab_size, r);
       a.pack(w2_);  // W2 is only multiplied (one row per drafted token); W1 is read by row
       if (bb_.has_full_head() && bb_.has_draft_vocab()) {
         std::vector<int32_t> rows(size_t(cfg.draft_vocab_size));
@@ -42,8 +46,10 @@ class DsparkDrafter : public Drafter {
       if (cfg.int8_weights) {
         const bool shared = w2_draft_.data == w2_.data;  // the head holds only the draft vocabulary
         quantize_int8_if_paired(w2_);
-        if (shared) w2_draft_ = w2_;
-        else quantize_int8_if_paired(w2_draft_);
+        if (shared)
+          w2_draft_ = w2_;
+        else
+          quantize_int8_if_paired(w2_draft_);
       }
       if (cfg.markov_head_type == "gated") {
         gate_ = a.matrix(src, "markov_head.gate_proj.weight", r, H + r);
@@ -64,7 +70,8 @@ class DsparkDrafter : public Drafter {
   }
 
   static size_t head_bytes(const DrafterConfig& cfg, const Model& target, DType dtype) {
-    const int64_t V = target.config().vocab_size, H = target.config().hidden_size, r = cfg.markov_rank;
+    const int64_t V = target.config().vocab_size, H = target.config().hidden_size,
+                  r = cfg.markov_rank;
     const int64_t Vd = cfg.draft_vocab_size;
     if (r == 0) return 0;
     size_t b = WeightArena::matrix_bytes(dtype, V, r);  // W1
@@ -87,39 +94,52 @@ class DsparkDrafter : public Drafter {
     bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
   }
 
-  void accept(int seq, std::span<const int32_t> committed, int pos, const TargetFeatures& feats) override {
+  void accept(int seq, std::span<const int32_t> committed, int pos,
+              const TargetFeatures& feats) override {
     (void)committed;
     bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
   }
 
   void end(int seq) override { bb_.free_sequence(seq); }
 
-  void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds, Draft& out) override {
+  void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds,
+               Draft& out) override {
+    const DraftJob job{seq, anchor, pos, k, ds, &out};
+    propose_batch(std::span<const DraftJob>(&job, 1));
+  }
+
+  // Every job's block runs through the backbone together; the Markov head then samples each
+  // block left to right.
+  void propose_batch(std::span<const DraftJob> jobs) override {
+    const int gamma = bb_.config().block_size;
+    for (const DraftJob& j : jobs) {
+      if (j.k > gamma) fail("dspark: ", j.k, " drafts requested, the block holds ", gamma);
+      j.out->clear();
+      j.out->vocab = vocab_;
+    }
+    bb_.draft_logits(jobs, /*first_row=*/0, logits_, hidden_, dv_);
+    for (size_t j = 0; j < jobs.size(); ++j)
+      if (jobs[j].k > 0) sample_block(jobs[j], logits_[j], hidden_[j], dv_[j]);
+  }
+
+ private:
+  // z_k = U_k + W2 W1[x_{k-1}] (U: the head's logits of slot k, in place), x_k drawn from z_k.
+  void sample_block(const DraftJob& job, float* U, const float* h, bool dv) {
     const DrafterConfig& cfg = bb_.config();
-    const int gamma = cfg.block_size;
-    if (k > gamma) fail("dspark: ", k, " drafts requested, the block holds ", gamma);
-    out.clear();
-    out.vocab = vocab_;
-    if (k <= 0) return;
-    block_.assign(size_t(gamma), cfg.mask_token_id);
-    block_[0] = anchor;  // the anchor slot is the first prediction
-    const float* h = bb_.run_block(seq, block_, pos);
-    const bool dv = bb_.drafts_over_draft_vocab(ds);
-    const WeightMatrix& head = bb_.head(dv);
+    const DraftSampling& ds = job.sampling;
+    Draft& out = *job.out;
+    const int k = job.k;
     const WeightMatrix& w2 = dv ? w2_draft_ : w2_;
-    const int64_t H = bb_.hidden(), V = head.n, r = cfg.markov_rank;
-    // Base logits U_k over the head's vocabulary for the slots that will be used.
-    logits_.resize(size_t(k) * size_t(V));
-    gemm(h, k, H, head, logits_.data(), V);
+    const int64_t H = bb_.hidden(), V = bb_.head(dv).n, r = cfg.markov_rank;
     e_.resize(size_t(std::max<int64_t>(r, 1)));
     ge_.resize(size_t(std::max<int64_t>(r, 1)));
     feat_.resize(size_t(H + 2 * r + 1));
     joint_out_.resize(size_t(3 * std::max<int64_t>(r, 1)));
     state_.assign(size_t(std::max<int64_t>(r, 1)), 0.f);
     if (ds.dense_q()) out.q.resize(size_t(k) * size_t(vocab_));
-    int32_t prev = anchor;
+    int32_t prev = job.anchor;
     for (int i = 0; i < k; ++i) {
-      float* z = logits_.data() + int64_t(i) * V;
+      float* z = U + int64_t(i) * V;
       const float* hi = h + int64_t(i) * H;
       if (r > 0) {
         embed_rows(w1_.data, w1_.dtype, int(r), &prev, 1, e_.data(), r);  // W1[x_{k-1}]
@@ -128,7 +148,8 @@ class DsparkDrafter : public Drafter {
           std::memcpy(feat_.data(), hi, size_t(H) * 4);
           std::memcpy(feat_.data() + H, e_.data(), size_t(r) * 4);
           gemm(feat_.data(), 1, gate_, ge_.data());
-          for (int64_t j = 0; j < r; ++j) ge_[size_t(j)] = sigmoid(ge_[size_t(j)] + gate_bias_[j]) * e_[size_t(j)];
+          for (int64_t j = 0; j < r; ++j)
+            ge_[size_t(j)] = sigmoid(ge_[size_t(j)] + gate_bias_[j]) * e_[size_t(j)];
           head_in = ge_.data();
         } else if (cfg.markov_head_type == "rnn") {
           std::memcpy(feat_.data(), state_.data(), size_t(r) * 4);
@@ -138,7 +159,8 @@ class DsparkDrafter : public Drafter {
           for (int64_t j = 0; j < 3 * r; ++j) joint_out_[size_t(j)] += joint_bias_[j];
           for (int64_t j = 0; j < r; ++j) {  // chunks: gate, candidate, output
             const float g = sigmoid(joint_out_[size_t(j)]);
-            state_[size_t(j)] = g * state_[size_t(j)] + (1.f - g) * std::tanh(joint_out_[size_t(r + j)]);
+            state_[size_t(j)] =
+                g * state_[size_t(j)] + (1.f - g) * std::tanh(joint_out_[size_t(r + j)]);
             ge_[size_t(j)] = std::tanh(joint_out_[size_t(2 * r + j)]);
           }
           head_in = ge_.data();
@@ -151,17 +173,18 @@ class DsparkDrafter : public Drafter {
         for (int64_t j = 0; j < H; ++j) s += double(conf_w_[j]) * hi[j];
         if (cfg.confidence_with_markov)
           for (int64_t j = 0; j < r; ++j) s += double(conf_w_[H + j]) * e_[size_t(j)];
-        const float t = size_t(i) < cfg.sts_temperatures.size() ? cfg.sts_temperatures[size_t(i)] : 1.f;
+        const float t =
+            size_t(i) < cfg.sts_temperatures.size() ? cfg.sts_temperatures[size_t(i)] : 1.f;
         out.confidence.push_back(sigmoid(float(s) / t));
         out.confidence_logit.push_back(float(s));
       }
-      const int32_t x = bb_.draw(z, dv, ds, sampler_, ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr);
+      const int32_t x = bb_.draw(z, dv, ds, sampler_,
+                                 ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr);
       out.tokens.push_back(x);
       prev = x;
     }
   }
 
- private:
   DflashBackbone bb_;
   int vocab_ = 0;
   std::vector<int> layers_;
@@ -171,18 +194,21 @@ class DsparkDrafter : public Drafter {
   const float* conf_w_ = nullptr;
   float conf_b_ = 0;
   Sampler sampler_;
-  std::vector<int32_t> block_;
-  Buffer<float> logits_, e_, ge_, feat_, joint_out_;
+  std::vector<float*> logits_;
+  std::vector<const float*> hidden_;
+  std::vector<bool> dv_;
+  Buffer<float> e_, ge_, feat_, joint_out_;
   std::vector<float> state_;
 };
 
 }  // namespace
 
-std::unique_ptr<Drafter> make_dspark_drafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
-                                             DType dtype, std::vector<int32_t> to_target) {
+std::unique_ptr<Drafter> make_dspark_drafter(const DrafterConfig& cfg, const Model& target,
+                                             const WeightSource& src, DType dtype,
+                                             std::vector<int32_t> to_target) {
   if (!to_target.empty() && int(to_target.size()) != cfg.draft_vocab_size)
-    fail(cfg.path, ": draft_vocab_size ", cfg.draft_vocab_size, " but the draft vocabulary maps ", to_target.size(),
-         " ids");
+    fail(cfg.path, ": draft_vocab_size ", cfg.draft_vocab_size, " but the draft vocabulary maps ",
+         to_target.size(), " ids");
   return std::make_unique<DsparkDrafter>(cfg, target, src, dtype, std::move(to_target));
 }
 
@@ -195,7 +221,8 @@ std::vector<std::string> dspark_head_names(const DrafterConfig& cfg) {
     if (cfg.markov_head_type == "rnn")
       n.insert(n.end(), {"markov_head.joint_proj.weight", "markov_head.joint_proj.bias"});
   }
-  if (cfg.confidence_head) n.insert(n.end(), {"confidence_head.proj.weight", "confidence_head.proj.bias"});
+  if (cfg.confidence_head)
+    n.insert(n.end(), {"confidence_head.proj.weight", "confidence_head.proj.bias"});
   return n;
 }
 

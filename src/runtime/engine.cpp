@@ -365,7 +365,8 @@ bool Engine::step() {
   }
 
   // 5. Draft for every decoding request in one pass, then choose each request's length.
-  std::vector<Seq*> dec;
+  std::vector<Seq*>& dec = dec_;
+  dec.clear();
   for (auto& s : running_)
     if (s->decoding) dec.push_back(s.get());
   if (drafter_ && !dec.empty()) {
@@ -414,8 +415,11 @@ bool Engine::step() {
   // the last rows of prompts that complete, then every decode row; logits for the last two groups.
   const bool taps = drafter_ && !drafter_->target_layers().empty();
   batch_.clear();
-  std::vector<int32_t> tail_rows, decode_rows;
-  std::vector<Seq*> pre;
+  std::vector<int32_t>&tail_rows = tail_rows_, &decode_rows = decode_rows_;
+  std::vector<Seq*>& pre = pre_;
+  tail_rows.clear();
+  decode_rows.clear();
+  pre.clear();
   for (auto& sp : running_) {
     Seq& s = *sp;
     if (s.decoding || s.chunk == 0) continue;
@@ -473,9 +477,9 @@ bool Engine::step() {
                       out.taps + int64_t(n_head + tail_i) * width, size_t(width) * 4);
         feats = gathered_.data();
       }
-      std::vector<int32_t> toks(size_t(s->chunk));
-      for (int i = 0; i < s->chunk; ++i) toks[size_t(i)] = s->token_at(s->computed + i);
-      drafter_->extend(s->draft_seq, toks, s->computed,
+      committed_.resize(size_t(s->chunk));
+      for (int i = 0; i < s->chunk; ++i) committed_[size_t(i)] = s->token_at(s->computed + i);
+      drafter_->extend(s->draft_seq, committed_, s->computed,
                        TargetFeatures{feats, taps ? s->chunk : 0, width});
     }
     if (s->out_tokens.empty()) live_.prompt_tokens += s->chunk;

@@ -126,7 +126,8 @@ class Engine {
   std::vector<DraftJob> jobs_;
   std::vector<const Draft*> draft_ptrs_;
   std::vector<int> lengths_;
-  std::vector<int32_t> committed_;
+  std::vector<int32_t> committed_, tail_rows_, decode_rows_;
+  std::vector<Seq*> dec_, pre_;
   uint64_t next_handle_ = 1;
   std::atomic<bool> accepting_{true};
   bool stopping_ = false;

@@ -256,23 +256,17 @@ int bench_spec(int argc, char** argv) {
     GenerateParams wp = gp;
     wp.max_tokens = std::min(gp.max_tokens, 32);
     for (int side = 0; side < 2; ++side) {
-      const int seq = kv.create_sequence();
       SpecMetrics m;
-      if (side == 0) generate(fwd, seq, *tok, ids, wp);
-      else spec_generate(fwd, seq, *tok, ids, wp, *drafter, spec, *policy, m);
-      kv.free_sequence(seq);
+      if (side == 0) generate(fwd, *tok, ids, wp);
+      else spec_generate(fwd, *tok, ids, wp, *drafter, spec, *policy, m);
     }
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     const auto& p = prompts[i];
     const std::vector<int32_t>& ids = encoded[i];
-    int seq = kv.create_sequence();
-    GenerateResult plain = generate(fwd, seq, *tok, ids, gp);
-    kv.free_sequence(seq);
-    seq = kv.create_sequence();
+    GenerateResult plain = generate(fwd, *tok, ids, gp);
     SpecMetrics m;
-    GenerateResult sp = spec_generate(fwd, seq, *tok, ids, gp, *drafter, spec, *policy, m);
-    kv.free_sequence(seq);
+    GenerateResult sp = spec_generate(fwd, *tok, ids, gp, *drafter, spec, *policy, m);
     for (Totals* t : {&by_cat[p.category], &all}) {
       t->prompts++;
       t->identical += plain.tokens == sp.tokens;

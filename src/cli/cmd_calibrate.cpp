@@ -93,13 +93,11 @@ int cmd_calibrate(int argc, char** argv) {
   for (size_t i = 0; i < prompts.size(); ++i) {
     gp.sampling.seed = seed * 1000003ull + i;
     auto ids = tok->encode(apply_chat_template(fmt, {{"user", prompts[i]}}, true));
-    const int seq = kv.create_sequence();
     try {
-      spec_generate(fwd, seq, *tok, ids, gp, *drafter, spec, full, m);
+      spec_generate(fwd, *tok, ids, gp, *drafter, spec, full, m);
     } catch (const Error& e) {
       fail(args.str("prompts"), ": prompt ", i + 1, ": ", e.what());
     }
-    kv.free_sequence(seq);
     std::fprintf(stderr, "calibrate: %zu/%zu prompts, %zu rounds\r", i + 1, prompts.size(), m.round_records.size());
   }
   std::fprintf(stderr, "\n");

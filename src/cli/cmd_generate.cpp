@@ -69,8 +69,7 @@ int cmd_generate(int argc, char** argv) {
 
   KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype, kv_tokens);
   Forward fwd(*model, kv);
-  const int seq = kv.create_sequence();
-  output_budget(fwd, seq, prompt.size(), gp);  // refuses a prompt over the limits before the drafter loads
+  output_budget(fwd, prompt.size(), gp);  // refuses a prompt over the limits before the drafter loads
   const bool json_out = args.on("json");
   auto stream = [&](const std::string& piece) {
     if (!json_out) {
@@ -86,9 +85,9 @@ int cmd_generate(int argc, char** argv) {
     spec = SpecConfig::parse(*sc);
     auto drafter = load_drafter(*spec, *model, dtype);
     auto policy = make_verify_policy(*spec, *model, dtype);
-    r = spec_generate(fwd, seq, *tok, prompt, gp, *drafter, *spec, *policy, metrics, stream);
+    r = spec_generate(fwd, *tok, prompt, gp, *drafter, *spec, *policy, metrics, stream);
   } else {
-    r = generate(fwd, seq, *tok, prompt, gp, stream);
+    r = generate(fwd, *tok, prompt, gp, stream);
   }
   const double prefill_tok_s = r.prefill_seconds > 0 ? r.prompt_tokens / r.prefill_seconds : 0;
   const double decode_tok_s = r.decode_seconds > 0 ? double(r.tokens.size()) / r.decode_seconds : 0;

@@ -70,11 +70,48 @@ Engine::Engine(const Model& model, const Tokenizer& tok, EngineOptions opt,
     : model_(model),
       tok_(tok),
       opt_(opt),
-      drafter_(std::move(drafter)),
-      spec_(std::move(spec)),
-      policy_(std::move(policy)) {
+      own_drafter_(std::move(drafter)),
+      own_policy_(std::move(policy)),
+      spec_(std::move(spec)) {
+  drafter_ = own_drafter_.get();
+  policy_ = own_policy_.get();
   const ModelConfig& c = model.config();
   max_model_len_ = resolve_max_model_len(c, opt_.max_model_len);
+  const int K = drafter_ ? (spec_.num_speculative_tokens > 0 ? spec_.num_speculative_tokens
+                                                             : drafter_->max_draft_tokens())
+                         : 0;
+  int64_t kv_tokens = opt_.kv_tokens;
+  if (kv_tokens <= 0) {
+    // What fits: every sequence at the full length, within a quarter of the machine's memory.
+    const int64_t per_token = int64_t(c.num_layers) * 2 * c.num_kv_heads * c.head_dim *
+                              int64_t(dtype_size(opt_.kv_dtype));
+    const int64_t want = int64_t(opt_.max_num_seqs) * (max_model_len_ + K + kKvBlock);
+    const int64_t fits = physical_memory_bytes() / 4 / std::max<int64_t>(per_token, 1);
+    kv_tokens = std::max<int64_t>(std::min(want, fits), max_model_len_ + K + kKvBlock);
+  }
+  own_kv_ =
+      std::make_unique<KvCache>(c.num_layers, c.num_kv_heads, c.head_dim, opt_.kv_dtype, kv_tokens);
+  own_fwd_ = std::make_unique<Forward>(model_, *own_kv_);
+  kv_ = own_kv_.get();
+  fwd_ = own_fwd_.get();
+  init();
+}
+
+Engine::Engine(Forward& fwd, const Tokenizer& tok, EngineOptions opt, Drafter* drafter,
+               SpecConfig spec, VerifyLengthPolicy* policy)
+    : model_(fwd.model()),
+      tok_(tok),
+      opt_(opt),
+      drafter_(drafter),
+      spec_(std::move(spec)),
+      policy_(policy),
+      kv_(&fwd.kv()),
+      fwd_(&fwd) {
+  max_model_len_ = resolve_max_model_len(model_.config(), opt_.max_model_len);
+  init();
+}
+
+void Engine::init() {
   if (opt_.max_num_seqs < 1) fail("--max-num-seqs must be >= 1, got ", opt_.max_num_seqs);
   if (drafter_) {
     if (spec_.num_speculative_tokens <= 0)
@@ -82,25 +119,15 @@ Engine::Engine(const Model& model, const Tokenizer& tok, EngineOptions opt,
     if (spec_.num_speculative_tokens > drafter_->max_draft_tokens())
       fail("speculative config: num_speculative_tokens ", spec_.num_speculative_tokens,
            " is more than the drafter's ", drafter_->max_draft_tokens());
-    if (!policy_) policy_ = std::make_unique<FullBlockPolicy>();
+    if (!policy_) {
+      own_policy_ = std::make_unique<FullBlockPolicy>();
+      policy_ = own_policy_.get();
+    }
   }
   const int K = drafter_ ? spec_.num_speculative_tokens : 0;
-  if (opt_.max_num_batched_tokens < opt_.max_num_seqs * (K + 1) &&
-      opt_.max_num_batched_tokens < K + 1)
+  if (opt_.max_num_batched_tokens < K + 1)
     fail("--max-num-batched-tokens ", opt_.max_num_batched_tokens, " cannot hold one round of ",
          K + 1, " tokens");
-  int64_t kv_tokens = opt_.kv_tokens;
-  const int64_t per_token =
-      int64_t(c.num_layers) * 2 * c.num_kv_heads * c.head_dim * int64_t(dtype_size(opt_.kv_dtype));
-  if (kv_tokens <= 0) {
-    // What fits: every sequence at the full length, within a quarter of the machine's memory.
-    const int64_t want = int64_t(opt_.max_num_seqs) * (max_model_len_ + K + kKvBlock);
-    const int64_t fits = physical_memory_bytes() / 4 / std::max<int64_t>(per_token, 1);
-    kv_tokens = std::max<int64_t>(std::min(want, fits), max_model_len_ + K + kKvBlock);
-  }
-  kv_ =
-      std::make_unique<KvCache>(c.num_layers, c.num_kv_heads, c.head_dim, opt_.kv_dtype, kv_tokens);
-  fwd_ = std::make_unique<Forward>(model_, *kv_);
   metrics_.spec_num_accepted_tokens_per_pos.assign(size_t(K), 0);
   metrics_.spec_verify_length_hist.assign(size_t(K + 1), 0);
   live_ = metrics_;
@@ -313,8 +340,9 @@ bool Engine::step() {
   // 2. Admission, first come first served, while the whole prompt (and one round) fits.
   while (!waiting_.empty() && int(running_.size()) < opt_.max_num_seqs) {
     Seq& s = *waiting_.front();
-    const int64_t need = int64_t(s.target_len) + K + 1;
-    if (int64_t(kv_->free_blocks()) * kKvBlock < need + kKvBlock) break;
+    const int64_t need =
+        std::min<int64_t>(int64_t(s.target_len) + K + 1, int64_t(s.prompt_len()) + s.max_tokens);
+    if (int64_t(kv_->free_blocks()) * kKvBlock < need) break;
     s.kv_seq = kv_->create_sequence();
     if (drafter_) s.draft_seq = drafter_->begin();
     if (s.scheduled < 0) {
@@ -332,8 +360,8 @@ bool Engine::step() {
     Seq& s = *running_[i];
     if (!s.decoding) continue;
     const int pos = s.anchor_pos();
-    s.want = std::max(
-        0, std::min({K, s.max_tokens - int(s.out_tokens.size()) - 1, max_model_len_ - pos - 1}));
+    // Up to K drafts, never more than the tokens left (the last round's bonus may be cut).
+    s.want = std::max(0, std::min({K, s.max_tokens - int(s.out_tokens.size()), max_model_len_ - pos - 1}));
     s.want = std::max(0, std::min(s.want, budget - decode_tokens - 1));
     while (kv_->room_for(s.kv_seq) < pos + 1 + s.want) {
       Seq& victim = *running_.back();
@@ -393,6 +421,10 @@ bool Engine::step() {
     const double drafting = now_seconds() - t0;
     policy_->observe_drafting(drafting);
     live_.draft_seconds += drafting;
+    if (spec_metrics_) {
+      spec_metrics_->draft_seconds += drafting;
+      for (Seq* s : dec) spec_metrics_->proposed += int64_t(s->draft.tokens.size());
+    }
     for (size_t r = 0; r < dec.size(); ++r)
       dec[r]->verify_len = std::clamp(lengths_[r], 0, int(dec[r]->draft.tokens.size()));
   } else {
@@ -532,6 +564,24 @@ bool Engine::step() {
         for (int i = 0; i < vr.accepted; ++i) ++live_.spec_num_accepted_tokens_per_pos[size_t(i)];
       }
       ++live_.spec_verify_length_hist[size_t(l)];
+      if (SpecMetrics* m = spec_metrics_) {
+        ++m->rounds;
+        m->drafted += l;
+        m->accepted += vr.accepted;
+        if (m->verified_at.size() < size_t(K)) {
+          m->verified_at.resize(size_t(K));
+          m->accepted_at.resize(size_t(K));
+        }
+        for (int i = 0; i < l; ++i) {
+          ++m->verified_at[size_t(i)];
+          if (i < vr.accepted) ++m->accepted_at[size_t(i)];
+        }
+        if (m->record_rounds && !s->draft.confidence_logit.empty())
+          m->round_records.push_back(
+              RoundRecord{std::vector<float>(s->draft.confidence_logit.begin(),
+                                             s->draft.confidence_logit.begin() + l),
+                          vr.accepted});
+      }
     }
     kv_->truncate(s->kv_seq, pos + vr.accepted + 1);
     bool go = true;
@@ -551,6 +601,7 @@ bool Engine::step() {
     }
   }
   live_.step_seconds += now_seconds() - t_step;
+  if (spec_metrics_) spec_metrics_->verify_seconds += now_seconds() - t_fwd;
   retire();
   return true;
 }
@@ -597,6 +648,52 @@ void Engine::publish_metrics() {
   std::lock_guard<std::mutex> lk(mu_);
   live_.num_requests_waiting = int(waiting_.size() + incoming_.size());
   metrics_ = live_;
+}
+
+GenerateResult run_alone(Forward& fwd, const Tokenizer& tok, std::span<const int32_t> prompt,
+                         const GenerateParams& params, Drafter* drafter, const SpecConfig* spec,
+                         VerifyLengthPolicy* policy, SpecMetrics* metrics,
+                         const TextCallback& on_text) {
+  params.sampling.validate();
+  GenerateResult res;
+  res.prompt_tokens = int(prompt.size());
+  if (prompt.empty()) fail("the prompt is empty");
+  GenerateParams p = params;
+  p.max_tokens = output_budget(fwd, prompt.size(), params);
+  res.finish_reason = "length";
+  if (p.max_tokens == 0) return res;
+  EngineOptions opt;
+  opt.max_num_seqs = 1;
+  opt.max_model_len = params.max_model_len;
+  const int K = drafter ? (spec && spec->num_speculative_tokens > 0 ? spec->num_speculative_tokens
+                                                                    : drafter->max_draft_tokens())
+                        : 0;
+  opt.max_num_batched_tokens = std::max(params.prefill_chunk, K + 1);
+  Engine e(fwd, tok, opt, drafter, spec ? *spec : SpecConfig{}, policy);
+  e.collect_spec_metrics(metrics);
+  const double t0 = now_seconds();
+  double first = -1;
+  bool stop_asked = false;
+  const uint64_t h =
+      e.submit(EngineRequest{"", std::vector<int32_t>(prompt.begin(), prompt.end()), p},
+               [&](RequestOutput&& o) {
+                 if (first < 0 && !o.token_ids.empty()) first = now_seconds();
+                 res.tokens.insert(res.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+                 if (!o.text.empty()) {
+                   res.text += o.text;
+                   if (on_text && !on_text(o.text) && !o.finished) stop_asked = true;
+                 }
+                 if (o.finished) res.finish_reason = o.finish_reason;
+               });
+  while (e.step())
+    if (stop_asked) {
+      e.abort(h);
+      stop_asked = false;
+    }
+  const double end = now_seconds();
+  res.prefill_seconds = (first < 0 ? end : first) - t0;
+  res.decode_seconds = first < 0 ? 0 : end - first;
+  return res;
 }
 
 }  // namespace dspark

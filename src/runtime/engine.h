@@ -59,10 +59,15 @@ using OutputFn = std::function<void(RequestOutput&&)>;
 
 class Engine {
  public:
-  // `drafter` may be null (plain decoding); with it, `spec` and `policy` must be given.
+  // `drafter` may be null (plain decoding); with it, `spec` gives the method and length and
+  // `policy` the verification lengths (null: every draft).
   Engine(const Model& model, const Tokenizer& tok, EngineOptions opt,
          std::unique_ptr<Drafter> drafter = nullptr, SpecConfig spec = {},
          std::unique_ptr<VerifyLengthPolicy> policy = nullptr);
+  // The same on a borrowed forward (and its KV cache, whose sequences the requests use; kv_tokens
+  // and kv_dtype are then the cache's), drafter and policy, which must outlive the engine.
+  Engine(Forward& fwd, const Tokenizer& tok, EngineOptions opt, Drafter* drafter, SpecConfig spec,
+         VerifyLengthPolicy* policy);
   ~Engine();  // stop()
 
   // Checks the request (sampling ranges, max_tokens, a prompt that leaves room under
@@ -84,6 +89,8 @@ class Engine {
   bool idle() const;
 
   EngineMetrics metrics() const;  // a snapshot
+  // Also adds every round's figures to *m (engine thread; read it when the engine is idle).
+  void collect_spec_metrics(SpecMetrics* m) { spec_metrics_ = m; }
   int max_model_len() const { return max_model_len_; }
   int64_t kv_capacity_tokens() const;
   const Model& model() const { return model_; }
@@ -93,6 +100,7 @@ class Engine {
 
  private:
   struct Seq;
+  void init();
   bool emit(Seq& s, int32_t token);
   void finish(Seq& s, const char* reason);
   void release(Seq& s);
@@ -106,11 +114,16 @@ class Engine {
   const Tokenizer& tok_;
   EngineOptions opt_;
   int max_model_len_ = 0;
-  std::unique_ptr<Drafter> drafter_;
+  std::unique_ptr<Drafter> own_drafter_;
+  std::unique_ptr<VerifyLengthPolicy> own_policy_;
+  std::unique_ptr<KvCache> own_kv_;
+  std::unique_ptr<Forward> own_fwd_;
+  Drafter* drafter_ = nullptr;
   SpecConfig spec_;
-  std::unique_ptr<VerifyLengthPolicy> policy_;
-  std::unique_ptr<KvCache> kv_;
-  std::unique_ptr<Forward> fwd_;
+  VerifyLengthPolicy* policy_ = nullptr;
+  KvCache* kv_ = nullptr;
+  Forward* fwd_ = nullptr;
+  SpecMetrics* spec_metrics_ = nullptr;
 
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
@@ -133,5 +146,12 @@ class Engine {
   bool stopping_ = false;
   std::thread thread_;
 };
+
+// Serves one request alone on `fwd` (generate() and spec_generate()): max_tokens is cut to what
+// fits (finish_reason "length") instead of refused; on_text returning false aborts it.
+GenerateResult run_alone(Forward& fwd, const Tokenizer& tok, std::span<const int32_t> prompt,
+                         const GenerateParams& params, Drafter* drafter, const SpecConfig* spec,
+                         VerifyLengthPolicy* policy, SpecMetrics* metrics,
+                         const TextCallback& on_text);
 
 }  // namespace dspark

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "runtime/context_limit.h"
+#include "runtime/engine.h"
 
 namespace dspark {
 
@@ -50,7 +51,8 @@ const float* prefill(Forward& fwd, int seq, std::span<const int32_t> prompt, int
   for (size_t c = 0; c < prompt.size(); c += size_t(chunk)) {
     const size_t e = std::min(prompt.size(), c + size_t(chunk));
     b.clear();
-    for (size_t i = c; i < e; ++i) b.add(prompt[i], start + int32_t(i), seq, i + 1 == prompt.size());
+    for (size_t i = c; i < e; ++i)
+      b.add(prompt[i], start + int32_t(i), seq, i + 1 == prompt.size());
     req.logits = e == prompt.size();
     const ForwardOutput& out = fwd.run(b, req);
     if (req.logits) last = out.logits_row(0);
@@ -58,64 +60,18 @@ const float* prefill(Forward& fwd, int seq, std::span<const int32_t> prompt, int
   return last;
 }
 
-int output_budget(const Forward& fwd, int seq, size_t prompt_tokens, const GenerateParams& params) {
+int output_budget(const Forward& fwd, size_t prompt_tokens, const GenerateParams& params) {
   if (params.max_tokens < 0) fail("max_tokens must be >= 0, got ", params.max_tokens);
   const int limit = resolve_max_model_len(fwd.model().config(), params.max_model_len);
-  const int64_t room = fwd.kv().room_for(seq);
+  const int64_t room = int64_t(fwd.kv().free_blocks()) * kKvBlock;
   check_prompt_length(int64_t(prompt_tokens), limit, room);
-  return generation_budget(int64_t(prompt_tokens), params.max_tokens, int(std::min<int64_t>(limit, room)));
+  return generation_budget(int64_t(prompt_tokens), params.max_tokens,
+                           int(std::min<int64_t>(limit, room)));
 }
 
-GenerateResult generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<const int32_t> prompt,
+GenerateResult generate(Forward& fwd, const Tokenizer& tok, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TextCallback& on_text) {
-  params.sampling.validate();
-  const int max_tokens = output_budget(fwd, seq, prompt.size(), params);
-  GenerateResult res;
-  res.prompt_tokens = int(prompt.size());
-  const int vocab = fwd.model().config().vocab_size;
-  Sampler sampler;
-  Rng rng(params.sampling.seed, /*stream=*/0);
-  StopStringFilter stops(params.stop_strings);
-  StreamDecoder decoder(tok, /*skip_special_tokens=*/true);
-  bool keep_going = true;
-  auto emit = [&](const std::string& piece) {
-    if (piece.empty()) return;
-    res.text += piece;
-    if (on_text && !on_text(piece)) keep_going = false;
-  };
-
-  double t0 = now_seconds();
-  const float* logits = prefill(fwd, seq, prompt, params.prefill_chunk);
-  res.prefill_seconds = now_seconds() - t0;
-  t0 = now_seconds();
-  res.finish_reason = "length";
-  Batch b;
-  ForwardRequest req;
-  int pos = int(prompt.size());
-  for (int step = 0; step < max_tokens && keep_going; ++step) {
-    const int32_t token = sampler.sample(logits, vocab, params.sampling, rng);
-    res.tokens.push_back(token);
-    if (std::find(params.stop_token_ids.begin(), params.stop_token_ids.end(), token) != params.stop_token_ids.end()) {
-      res.finish_reason = "stop";
-      break;
-    }
-    emit(stops.push(decoder.push(token)));
-    if (stops.stopped()) {
-      res.finish_reason = "stop";
-      break;
-    }
-    if (step + 1 == max_tokens) break;
-    b.clear();
-    b.add(token, pos++, seq, true);
-    logits = fwd.run(b, req).logits_row(0);
-  }
-  if (!stops.stopped()) {
-    emit(stops.push(decoder.flush()));
-    if (!stops.stopped()) emit(stops.flush());
-    else res.finish_reason = "stop";
-  }
-  res.decode_seconds = now_seconds() - t0;
-  return res;
+  return run_alone(fwd, tok, prompt, params, nullptr, nullptr, nullptr, nullptr, on_text);
 }
 
 }  // namespace dspark

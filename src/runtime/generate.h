@@ -1,4 +1,5 @@
-// Single-sequence generation: chunked prefill, then one target step per token.
+// Single-request generation (the engine serving one request) and the pieces the engine shares:
+// the generation parameters, stop strings, the output budget.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,8 @@ namespace dspark {
 struct GenerateParams {
   SamplingParams sampling;
   int max_tokens = 128;
-  std::vector<int32_t> stop_token_ids;  // generation ends after emitting one (it is not in the text)
+  std::vector<int32_t>
+      stop_token_ids;  // generation ends after emitting one (it is not in the text)
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
   int prefill_chunk = 512;
   // Prompt + output positions at most (vLLM's max_model_len); 0: the config's
@@ -28,7 +30,7 @@ struct GenerateResult {
   std::vector<int32_t> tokens;  // generated ids (a final stop token is included)
   std::string text;             // decoded completion, cut before any stop string
   int prompt_tokens = 0;
-  std::string finish_reason;    // "stop" or "length"
+  std::string finish_reason;  // "stop" or "length"
   double prefill_seconds = 0;
   double decode_seconds = 0;
 };
@@ -52,13 +54,14 @@ class StopStringFilter {
   bool stopped_ = false;
 };
 
-// How many tokens generate() / spec_generate() may produce for `prompt` in `seq`: max_tokens cut
-// by the maximum model length and the KV room. Throws Error (giving the prompt's length and the
-// limit) when the prompt leaves no room, before any work is done.
-int output_budget(const Forward& fwd, int seq, size_t prompt_tokens, const GenerateParams& params);
+// How many tokens generate() / spec_generate() may produce for `prompt` in a new sequence of
+// fwd's cache: max_tokens cut by the maximum model length and the free KV room. Throws Error
+// (giving the prompt's length and the limit) when the prompt leaves no room, before any work.
+int output_budget(const Forward& fwd, size_t prompt_tokens, const GenerateParams& params);
 
-// Generates a completion of `prompt` in KV sequence `seq` (which must be empty).
-GenerateResult generate(Forward& fwd, int seq, const Tokenizer& tok, std::span<const int32_t> prompt,
+// Generates a completion of `prompt` in a new sequence of fwd's cache (freed at the end): the
+// engine serving this one request, so the tokens are the ones the server gives it.
+GenerateResult generate(Forward& fwd, const Tokenizer& tok, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TextCallback& on_text = nullptr);
 
 // Prefills prompt[0 .. n-1] in chunks; returns the logits row of the last prompt token

@@ -24,4 +24,45 @@ std::vector<double> e2e_buckets() {
           30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0};
 }
 
+using json = nlohmann::json;
+
+json SpecMetrics::to_json() const {
+  json acc = json::array(), ver = json::array();
+  for (size_t i = 0; i < verified_at.size(); ++i) {
+    ver.push_back(verified_at[i]);
+    acc.push_back(verified_at[i] ? double(accepted_at[i]) / double(verified_at[i]) : 0.0);
+  }
+  return {{"rounds", rounds},
+          {"drafted_tokens", drafted},
+          {"proposed_tokens", proposed},
+          {"accepted_tokens", accepted},
+          {"mean_accepted_length", mean_accepted_length()},
+          {"acceptance_rate", drafted ? double(accepted) / double(drafted) : 0.0},
+          {"mean_verified_drafts", rounds ? double(drafted) / double(rounds) : 0.0},
+          {"acceptance_per_position", acc},
+          {"verified_per_position", ver},
+          {"draft_seconds", draft_seconds},
+          {"verify_seconds", verify_seconds},
+          {"other_seconds", other_seconds}};
+}
+
+void SpecMetrics::merge(const SpecMetrics& o) {
+  rounds += o.rounds;
+  drafted += o.drafted;
+  proposed += o.proposed;
+  accepted += o.accepted;
+  if (verified_at.size() < o.verified_at.size()) {
+    verified_at.resize(o.verified_at.size());
+    accepted_at.resize(o.accepted_at.size());
+  }
+  for (size_t i = 0; i < o.verified_at.size(); ++i) {
+    verified_at[i] += o.verified_at[i];
+    accepted_at[i] += o.accepted_at[i];
+  }
+  round_records.insert(round_records.end(), o.round_records.begin(), o.round_records.end());
+  draft_seconds += o.draft_seconds;
+  verify_seconds += o.verify_seconds;
+  other_seconds += o.other_seconds;
+}
+
 }  // namespace dspark

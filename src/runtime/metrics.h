@@ -4,8 +4,11 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
+
+#include "spec_decode/calibration.h"
 
 namespace dspark {
 
@@ -55,6 +58,26 @@ struct EngineMetrics {
   Histogram itl{itl_buckets()};
   Histogram e2e{e2e_buckets()};
   Histogram queue_time{e2e_buckets()};
+};
+
+// The speculative figures of the requests one run served (bench spec, calibrate, generate --json).
+struct SpecMetrics {
+  int64_t rounds = 0;    // verification passes
+  int64_t drafted = 0;   // drafted tokens that were verified
+  int64_t proposed = 0;  // drafted tokens, verified or cut by the length policy
+  int64_t accepted = 0;  // accepted drafts (bonus / correction tokens not included)
+  std::vector<int64_t> verified_at, accepted_at;  // per draft position 1..K
+  double draft_seconds = 0, verify_seconds = 0, other_seconds = 0;
+  // When set, every round's confidence logits and accepted count are kept (for calibration).
+  bool record_rounds = false;
+  std::vector<RoundRecord> round_records;
+
+  // Tokens emitted per round, counting the bonus: (accepted + rounds) / rounds.
+  double mean_accepted_length() const {
+    return rounds ? double(accepted + rounds) / double(rounds) : 0.0;
+  }
+  nlohmann::json to_json() const;
+  void merge(const SpecMetrics& o);
 };
 
 }  // namespace dspark

@@ -39,24 +39,12 @@ struct LengthRig {
   ~LengthRig() { fs::remove_all(dir); }
 
   GenerateResult run(const std::vector<int32_t>& prompt, const GenerateParams& gp, bool speculative) {
-    const int seq = kv.create_sequence();
-    GenerateResult r;
-    try {
-      if (!speculative) {
-        r = generate(fwd, seq, *tok, prompt, gp);
-      } else {
-        SpecConfig sc = SpecConfig::parse(R"({"model": ")" + drafter + R"(", "num_speculative_tokens": 4})");
-        auto d = load_drafter(sc, *target, DType::F32);
-        FullBlockPolicy full;
-        SpecMetrics m;
-        r = spec_generate(fwd, seq, *tok, prompt, gp, *d, sc, full, m);
-      }
-    } catch (...) {
-      kv.free_sequence(seq);
-      throw;
-    }
-    kv.free_sequence(seq);
-    return r;
+    if (!speculative) return generate(fwd, *tok, prompt, gp);
+    SpecConfig sc = SpecConfig::parse(R"({"model": ")" + drafter + R"(", "num_speculative_tokens": 4})");
+    auto d = load_drafter(sc, *target, DType::F32);
+    FullBlockPolicy full;
+    SpecMetrics m;
+    return spec_generate(fwd, *tok, prompt, gp, *d, sc, full, m);
   }
 };
 

@@ -238,19 +238,13 @@ struct Harness {
   }
 
   GenerateResult plain(const std::vector<int32_t>& prompt, const GenerateParams& gp) {
-    const int seq = kv->create_sequence();
-    auto r = generate(*fwd, seq, *tok, prompt, gp);
-    kv->free_sequence(seq);
-    return r;
+    return generate(*fwd, *tok, prompt, gp);
   }
 
   GenerateResult spec(const std::vector<int32_t>& prompt, const GenerateParams& gp, Drafter& d, const SpecConfig& sc,
                       VerifyLengthPolicy& policy, SpecMetrics* metrics = nullptr) {
-    const int seq = kv->create_sequence();
     SpecMetrics m;
-    auto r = spec_generate(*fwd, seq, *tok, prompt, gp, d, sc, policy, metrics ? *metrics : m);
-    kv->free_sequence(seq);
-    return r;
+    return spec_generate(*fwd, *tok, prompt, gp, d, sc, policy, metrics ? *metrics : m);
   }
 };
 

@@ -157,9 +157,7 @@ TEST(DrafterE2E, TrainedDraftersLoadAndRunInTheEngine) {
     gp.max_tokens = 24;
     FullBlockPolicy full;
     auto decode = [&](Drafter& drafter, SpecConfig& spec, SpecMetrics& m) {
-      const int seq = kv.create_sequence();
-      auto res = spec_generate(fwd, seq, *tok, std::vector<int32_t>{301, 10, 20, 30}, gp, drafter, spec, full, m);
-      kv.free_sequence(seq);
+      auto res = spec_generate(fwd, *tok, std::vector<int32_t>{301, 10, 20, 30}, gp, drafter, spec, full, m);
       return res.tokens;
     };
     SpecMetrics m;

@@ -353,15 +353,39 @@ bool Engine::step() {
     waiting_.erase(waiting_.begin());
   }
 
-  // 3. Decoding requests: room for the anchor and `want` drafts; when the pool is short, the most
-  // recently admitted request is preempted (vLLM's order) and recomputed later.
-  int decode_tokens = 0;
-  for (size_t i = 0; i < running_.size(); ++i) {
+  // 3. Prefill-first steps (EngineOptions::prefill_first): while a prompt waits for its
+  // prefill, the step runs prompt chunks only, so a new request's first token never waits
+  // behind the decoding rounds.
+  int decode_tokens = 0, prefill_tokens = 0;
+  for (auto& sp : running_) sp->chunk = 0;
+  auto plan_prefill = [&] {
+    for (size_t i = 0; i < running_.size(); ++i) {
+      Seq& s = *running_[i];
+      if (s.decoding) continue;
+      const int left = budget - decode_tokens - prefill_tokens;
+      if (left <= 0) break;
+      s.chunk = std::min(s.target_len - s.computed, left);
+      if (kv_->room_for(s.kv_seq) < s.computed + s.chunk) {
+        s.chunk = 0;  // waits for room; the decode rounds free blocks as requests finish
+        continue;
+      }
+      kv_->reserve(s.kv_seq, s.computed + s.chunk);
+      prefill_tokens += s.chunk;
+    }
+  };
+  if (opt_.prefill_first) plan_prefill();
+  const bool decode_now = prefill_tokens == 0;
+
+  // 4. Decoding requests: room for the anchor and `want` drafts; when the pool is short, the most
+  // recently admitted request is preempted (vLLM's order) and recomputed later. Then chunked
+  // prefill in the budget left.
+  for (size_t i = 0; decode_now && i < running_.size(); ++i) {
     Seq& s = *running_[i];
     if (!s.decoding) continue;
     const int pos = s.anchor_pos();
     // Up to K drafts, never more than the tokens left (the last round's bonus may be cut).
-    s.want = std::max(0, std::min({K, s.max_tokens - int(s.out_tokens.size()), max_model_len_ - pos - 1}));
+    s.want = std::max(
+        0, std::min({K, s.max_tokens - int(s.out_tokens.size()), max_model_len_ - pos - 1}));
     s.want = std::max(0, std::min(s.want, budget - decode_tokens - 1));
     while (kv_->room_for(s.kv_seq) < pos + 1 + s.want) {
       Seq& victim = *running_.back();
@@ -374,29 +398,13 @@ bool Engine::step() {
     kv_->reserve(s.kv_seq, pos + 1 + s.want);
     decode_tokens += 1 + s.want;
   }
-
-  // 4. Chunked prefill in the budget left.
-  int prefill_tokens = 0;
-  for (size_t i = 0; i < running_.size(); ++i) {
-    Seq& s = *running_[i];
-    s.chunk = 0;
-    if (s.decoding) continue;
-    const int left = budget - decode_tokens - prefill_tokens;
-    if (left <= 0) break;
-    s.chunk = std::min(s.target_len - s.computed, left);
-    if (kv_->room_for(s.kv_seq) < s.computed + s.chunk) {
-      s.chunk = 0;  // waits for room; the decode rounds free blocks as requests finish
-      continue;
-    }
-    kv_->reserve(s.kv_seq, s.computed + s.chunk);
-    prefill_tokens += s.chunk;
-  }
+  if (decode_now) plan_prefill();
 
   // 5. Draft for every decoding request in one pass, then choose each request's length.
   std::vector<Seq*>& dec = dec_;
   dec.clear();
   for (auto& s : running_)
-    if (s->decoding) dec.push_back(s.get());
+    if (s->decoding && decode_now) dec.push_back(s.get());
   if (drafter_ && !dec.empty()) {
     const double t0 = now_seconds();
     jobs_.clear();

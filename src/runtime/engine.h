@@ -34,6 +34,10 @@ struct EngineOptions {
   int64_t kv_tokens = 0;  // KV cache capacity in positions (0: what the memory default gives)
   int max_model_len = 0;  // 0: the model's max_position_embeddings
   DType kv_dtype = DType::BF16;
+  // Steps with prompts to prefill run only those (vLLM V0's order): the lowest TTFT, at the cost
+  // of one step's delay to the decoding requests per arrival. Off: chunks of prompts share each
+  // step with the decoding rounds (vLLM V1's chunked prefill).
+  bool prefill_first = false;
 };
 
 struct EngineRequest {

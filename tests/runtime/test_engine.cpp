@@ -160,6 +160,7 @@ TEST(Engine, F32GreedyEqualsPlainDecodingAloneAtEveryConcurrency) {
     int max_seqs, batched_tokens;
     int64_t kv_tokens;
     bool staggered;
+    bool prefill_first = false;
   };
   const std::vector<Case> cases = {
       {"plain, 1 at a time", "", 1, 2048, 0, false},
@@ -171,12 +172,14 @@ TEST(Engine, F32GreedyEqualsPlainDecodingAloneAtEveryConcurrency) {
       {"dspark, staggered arrivals", demo_spec(true), 3, 64, 0, true},
       {"dspark, a KV pool for two (preemption)", demo_spec(false), 6, 2048, 160, false},
       {"plain, a KV pool for two (preemption)", "", 6, 2048, 128, false},
+      {"dspark adaptive, prefill-first steps, staggered", demo_spec(true), 4, 64, 0, true, true},
   };
   for (const Case& c : cases) {
     EngineOptions opt;
     opt.max_num_seqs = c.max_seqs;
     opt.max_num_batched_tokens = c.batched_tokens;
     opt.kv_tokens = c.kv_tokens;
+    opt.prefill_first = c.prefill_first;
     auto e = demo.engine(opt, c.spec);
     std::vector<int> arrival;
     if (c.staggered)

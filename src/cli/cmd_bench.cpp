@@ -1,11 +1,14 @@
 // dspark bench: performance measurements that are not tests (timings are noisy on shared machines).
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <map>
 #include <optional>
 #include <sstream>
 
+#include "cli/bench_prompts.h"
+#include "cli/bench_serve.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/cpu.h"
@@ -36,7 +39,12 @@ int bench_step(int argc, char** argv) {
       .flag("reps", "timed repetitions per point (median reported)", true, "5")
       .flag("prefill-tokens", "prompt length for the prefill measurement (0: skip)", true, "512")
       .flag("gemm", "matrix backend: auto, avx2, avx512bf16, onednn, reference", true, "auto")
-      .flag("json", "print JSON", false);
+      .flag("json", "print JSON", false)
+      .flag("sps-out", "also write this machine's SPS(B) curve for the scheduler to FILE (use it as "
+                       "\"dspark_sps_curve\": \"FILE\" in dspark serve's speculative config)")
+      .flag("num-speculative-tokens", "with --sps-out: the K the curve is for (1..K+1 profiled densely)", true, "8")
+      .flag("max-step-tokens", "with --sps-out: the largest step B (dspark serve's --max-num-batched-tokens)", true,
+            "512");
   add_runtime_flags(args);
   args.parse(argc, argv);
   if (args.help_requested()) {
@@ -112,6 +120,18 @@ int bench_step(int argc, char** argv) {
     j["decode_stream_gb_s"] = rate / 1e9;
     j["decode_stream_fraction"] = rate / bw;
   }
+  if (auto out = args.opt("sps-out")) {
+    const int K = int(args.integer("num-speculative-tokens", 1, 64));
+    const int max_b = int(args.integer("max-step-tokens", K + 1, 1 << 16));
+    const std::vector<double> sps = profile_sps_curve(*model, dtype, K, max_b);
+    nlohmann::json f = {{"model", name}, {"dtype", dtype_name(dtype)}, {"threads", num_threads()},
+                        {"gemm", gemm_backend_name(gemm_backend())}, {"cpu", cpu_features().describe()},
+                        {"num_speculative_tokens", K},
+                        {"dspark_sps_curve", std::vector<double>(sps.begin() + 1, sps.end())}};
+    std::ofstream o(*out);
+    if (!(o << f.dump(1) << "\n")) fail("flag --sps-out: cannot write '", *out, "'");
+    if (!json) std::fprintf(stderr, "bench step: SPS(B) for B = 1..%d written to %s\n", max_b, out->c_str());
+  }
   if (json) {
     std::cout << j.dump(2) << "\n";
     return 0;
@@ -144,42 +164,6 @@ int bench_memory(int argc, char** argv) {
   if (args.on("json")) std::cout << nlohmann::json{{"threads", num_threads()}, {"dram_read_gb_s", bw / 1e9}}.dump() << "\n";
   else std::printf("DRAM read bandwidth: %.1f GB/s with %d threads\n", bw / 1e9, num_threads());
   return 0;
-}
-
-struct BenchPrompt {
-  std::string category;
-  std::string text;
-};
-
-// Reads MT-Bench / Spec-Bench JSONL ({"category", "turns": [...]}, first turn) or dspark
-// corpus prompts ({"domain", "prompt"}).
-std::vector<BenchPrompt> read_prompts(const std::string& path, int limit) {
-  std::vector<BenchPrompt> out;
-  std::string text = read_text_file(path);
-  size_t line_no = 0, start = 0;
-  while (start < text.size() && (limit <= 0 || int(out.size()) < limit)) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string line = text.substr(start, end - start);
-    start = end + 1;
-    ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) fail(path, ":", line_no, ": malformed JSON line");
-    BenchPrompt p;
-    if (j.contains("turns") && j["turns"].is_array() && !j["turns"].empty() && j["turns"][0].is_string()) {
-      p.text = j["turns"][0].get<std::string>();
-      p.category = j.value("category", std::string("all"));
-    } else if (j.contains("prompt") && j["prompt"].is_string()) {
-      p.text = j["prompt"].get<std::string>();
-      p.category = j.value("domain", j.value("category", std::string("all")));
-    } else {
-      fail(path, ":", line_no, ": expected a 'turns' list or a 'prompt' string");
-    }
-    out.push_back(std::move(p));
-  }
-  if (out.empty()) fail(path, ": no prompts");
-  return out;
 }
 
 int bench_spec(int argc, char** argv) {
@@ -335,7 +319,9 @@ int cmd_bench(int argc, char** argv) {
       "usage: dspark bench <what> [flags]\n\n"
       "  step     target step latency vs batch shape (SPS curve), prefill tok/s, decode roofline\n"
       "  memory   DRAM read bandwidth\n"
-      "  spec     plain vs speculative generation over a prompt set (acceptance, speedup)\n";
+      "  spec     plain vs speculative generation over a prompt set (acceptance, speedup)\n"
+      "  serve    streaming HTTP load against dspark serve: TTFT, TPOT, ITL, tok/s, acceptance;\n"
+      "           --sweep over concurrency for plain, DSpark full blocks and adaptive DSpark\n";
   if (argc < 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
     std::cout << usage;
     return argc < 1 ? 2 : 0;
@@ -344,6 +330,7 @@ int cmd_bench(int argc, char** argv) {
   if (what == "step") return bench_step(argc - 1, argv + 1);
   if (what == "memory") return bench_memory(argc - 1, argv + 1);
   if (what == "spec") return bench_spec(argc - 1, argv + 1);
+  if (what == "serve") return bench_serve(argc - 1, argv + 1);
   fail("unknown benchmark '", what, "'\n", usage);
 }
 

@@ -4,6 +4,7 @@
 namespace dspark {
 
 int cmd_generate(int argc, char** argv);
+int cmd_serve(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_model(int argc, char** argv);

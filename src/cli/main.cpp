@@ -17,6 +17,7 @@ struct Command {
 
 const Command kCommands[] = {
     {"generate", "generate text from a prompt with a local HF checkpoint", dspark::cmd_generate},
+    {"serve", "serve a model over an OpenAI-compatible HTTP API (continuous batching, speculative decoding)", dspark::cmd_serve},
     {"tokenize", "print the token ids of text read from stdin", dspark::cmd_tokenize},
     {"bench", "benchmarks: target step latency (SPS curve), memory bandwidth, speculative speedup", dspark::cmd_bench},
     {"model", "create (random, for tests) or inspect model directories", dspark::cmd_model},

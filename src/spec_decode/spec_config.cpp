@@ -1,6 +1,7 @@
 #include "spec_decode/spec_config.h"
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -75,14 +76,24 @@ SpecConfig SpecConfig::parse(const std::string& text) {
       if (!v.is_boolean()) fail(where, ": field 'enable_adaptive_verification' must be true or false, got ", v.dump());
       c.adaptive_verification = v.get<bool>();
     } else if (k == "dspark_sps_curve") {
-      const json& v = j[k];
+      json v = j[k];
       if (v.is_string() && v.get<std::string>() == "auto") continue;
+      std::string src = where;
+      if (v.is_string()) {  // a file written by `dspark bench step --sps-out`
+        src = v.get<std::string>();
+        std::ifstream in(src);
+        if (!in) fail(where, ": field 'dspark_sps_curve': cannot read the file '", src, "'");
+        json f = json::parse(in, nullptr, false);
+        if (f.is_discarded() || !f.is_object() || !f.contains("dspark_sps_curve"))
+          fail(src, ": not a JSON object with a 'dspark_sps_curve' array (write it with dspark bench step --sps-out)");
+        v = f["dspark_sps_curve"];
+      }
       if (!v.is_array() || v.empty())
-        fail(where, ": field 'dspark_sps_curve' must be \"auto\" or a non-empty array of rounds per second "
-             "at 1, 2, ... verified tokens, got ", v.dump());
+        fail(src, ": field 'dspark_sps_curve' must be \"auto\", a file name or a non-empty array of steps per "
+             "second at 1, 2, ... tokens per step, got ", v.dump());
       for (size_t i = 0; i < v.size(); ++i) {
         if (!v[i].is_number() || !(v[i].get<double>() > 0))
-          fail(where, ": field 'dspark_sps_curve' entry ", i, " must be a positive number, got ", v[i].dump());
+          fail(src, ": field 'dspark_sps_curve' entry ", i, " must be a positive number, got ", v[i].dump());
         c.sps_curve.push_back(v[i].get<double>());
       }
     } else if (k == "quantization") {

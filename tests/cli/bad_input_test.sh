@@ -120,7 +120,7 @@ fi
 refused "--system without --chat" "flag --system needs --chat" -- "${gen[@]}" --prompt hi --system "be brief"
 
 # --- speculative settings whose length must match the block
-refused "sps curve length" "field 'dspark_sps_curve' has 2 entries but needs 9" -- "${gen[@]}" --prompt hi \
+refused "sps curve length" "field 'dspark_sps_curve' has 2 entries but needs at least 9" -- "${gen[@]}" --prompt hi \
   --speculative-config '{"model": "'$drafter'", "num_speculative_tokens": 8, "enable_adaptive_verification": true, "dspark_sps_curve": [100, 60]}'
 cp -r "$drafter" "$work/drafter"
 python3 -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["sts_temperatures"]=c["sts_temperatures"][:3]; json.dump(c, open(p,"w"))' \
@@ -129,6 +129,27 @@ refused "sts_temperatures length" "field 'sts_temperatures' has 3 entries but th
   --speculative-config '{"model": "'$work/drafter'"}'
 refused "calibrate --draft-sample beam" "flag --draft-sample must be greedy or probabilistic, got 'beam'" -- calibrate \
   --model "$target" --drafter "$drafter" --prompts "$drafter/math_prompts.jsonl" --draft-sample beam
+
+# --- bench serve: flags and settings refused before any timed request (port 9: nothing listens)
+srv=(bench serve --base-url http://127.0.0.1:9 --prompts "$drafter/math_prompts.jsonl")
+refused "bench serve --max-concurrency -1" "flag --max-concurrency must be from 0" -- "${srv[@]}" --max-concurrency -1
+refused "bench serve --request-rate 0" "flag --request-rate must be > 0 or inf" -- "${srv[@]}" --request-rate 0
+refused "bench serve --request-rate nan" "flag --request-rate expects a finite number" -- "${srv[@]}" --request-rate nan
+refused "bench serve --endpoint" "flag --endpoint must be /v1/chat/completions or /v1/completions" -- "${srv[@]}" \
+  --endpoint /v1/embeddings
+refused "bench serve --sweep 0" "flag --sweep expects integers from 1" -- "${srv[@]}" --sweep 0,1
+refused "bench serve https" "flag --base-url: 'https://x' is not an http:// URL" -- bench serve --base-url https://x
+refused "bench serve --model and --base-url" "give one of --model and --base-url" -- "${srv[@]}" --model "$target"
+refused "bench serve --plot without --sweep" "flag --plot needs --sweep" -- "${srv[@]}" --plot "$work/p.svg"
+refused "bench serve --threads with --base-url" "flag --threads applies to a server started with --model" -- \
+  "${srv[@]}" --threads 2
+refused "bench serve --json unwritable" "flag --json: cannot write" -- "${srv[@]}" --json "$work/nodir/x.json"
+refused "bench serve no server" "cannot connect (is the server running?)" -- "${srv[@]}"
+refused "bench serve --prompts is a directory" "$work: is a directory" -- "${srv[@]}" --prompts "$work"
+refused "bench serve bad speculative config" "field 'num_speculative_tokens'" -- bench serve --model "$target" \
+  --prompts "$drafter/math_prompts.jsonl" --speculative-config '{"model": "'$drafter'", "num_speculative_tokens": -3}'
+refused "bench serve --sweep-configs field" "flag --sweep-configs entry 0: unknown field 'x'" -- "${srv[@]}" --sweep 1 \
+  --sweep-configs '[{"name": "a", "x": 1}]'
 
 # --- model init never overwrites a model silently
 "$dspark" model init --shape tiny-qwen3 --out "$work/m" 2>/dev/null

@@ -1,0 +1,120 @@
+// dspark serve: an OpenAI-compatible HTTP server over the continuous-batching engine.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "runtime/spec_generate.h"
+#include "server/http_server.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/length_policy.h"
+
+namespace dspark {
+
+int cmd_serve(int argc, char** argv) {
+  Args args;
+  args.flag("model", "model directory (config.json, model.safetensors, tokenizer.json)", true,
+            "models/demo")
+      .flag("speculative-config",
+            "vLLM-style JSON: {\"method\": \"dspark\", \"model\": DIR, \"num_speculative_tokens\": "
+            "8, ...} "
+            "(default: plain decoding)")
+      .flag("host", "address to listen on", true, "127.0.0.1")
+      .flag("port", "TCP port (0: any free port; the one chosen is printed)", true, "8000")
+      .flag("api-key", "require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize")
+      .flag("served-model-name", "the model id clients name (default: the --model argument)")
+      .flag("max-num-seqs", "requests running at once", true, "16")
+      .flag("max-num-batched-tokens", "tokens in one engine step (chunked prefill budget)", true,
+            "2048")
+      .flag("kv-cache-memory", "KV cache size in GiB (default: what fits)")
+      .flag("max-model-len",
+            "prompt + output tokens at most (0: the model's max_position_embeddings)", true, "0")
+      .flag("max-body-mib", "largest request body in MiB (larger ones get 413)", true, "8")
+      .flag("idle-timeout", "seconds an idle keep-alive connection stays open", true, "5");
+  add_runtime_flags(args);
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage(
+        "serve",
+        "Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
+        "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics).");
+    return 0;
+  }
+  const DType dtype = apply_runtime_flags(args);
+  const std::string dir = args.str("model");
+
+  ServerOptions so;
+  so.host = args.str("host");
+  if (so.host.empty()) fail("flag --host must not be empty");
+  so.port = int(args.integer("port", 0, 65535));
+  if (auto key = args.opt("api-key")) {
+    if (key->empty()) fail("flag --api-key must not be empty");
+    so.api_key = *key;
+  }
+  so.served_model_name = args.opt("served-model-name").value_or(dir);
+  if (so.served_model_name.empty()) fail("flag --served-model-name must not be empty");
+  so.model_root = dir;
+  so.max_body_bytes = size_t(args.integer("max-body-mib", 1, 4096)) << 20;
+  so.keep_alive_timeout_s = int(args.integer("idle-timeout", 1, 3600));
+
+  EngineOptions eo;
+  eo.max_num_seqs = int(args.integer("max-num-seqs", 1, 4096));
+  eo.max_num_batched_tokens = int(args.integer("max-num-batched-tokens", 1, 1 << 20));
+  eo.max_model_len = int(args.integer("max-model-len", 0, kFlagIntMax));
+  eo.kv_dtype = dtype;  // as `dspark generate`: the KV cache holds the weights' precision
+  std::optional<double> kv_gib;
+  if (args.opt("kv-cache-memory")) kv_gib = args.number("kv-cache-memory", 1.0 / 1024, 1 << 20);
+  // A stream holds one HTTP thread; leave room for every running and many waiting requests.
+  so.http_threads = std::max(128, 4 * eo.max_num_seqs + 16);
+
+  std::optional<SpecConfig> spec;
+  if (auto sc = args.opt("speculative-config")) spec = SpecConfig::parse(*sc);
+
+  auto tok = Tokenizer::from_dir(dir);
+  auto model = Model::load(dir, LoadOptions{dtype});
+  const ModelConfig& cfg = model->config();
+  if (tok->vocab_size() > cfg.vocab_size)
+    fail(dir, ": tokenizer.json has ", tok->vocab_size(), " tokens but config.json vocab_size is ",
+         cfg.vocab_size);
+  if (kv_gib) {
+    // K and V of every layer for one position.
+    const double per_token =
+        double(cfg.num_layers) * 2 * cfg.num_kv_heads * cfg.head_dim * double(dtype_size(dtype));
+    eo.kv_tokens = int64_t(std::floor(*kv_gib * double(1 << 30) / per_token));
+    if (eo.kv_tokens < kKvBlock)
+      fail("flag --kv-cache-memory ", args.str("kv-cache-memory"), " GiB holds fewer than ",
+           kKvBlock, " positions of this model");
+  }
+
+  std::unique_ptr<Drafter> drafter;
+  std::unique_ptr<VerifyLengthPolicy> policy;
+  if (spec) {
+    drafter = load_drafter(*spec, *model, dtype);
+    policy = make_verify_policy(*spec, *model, dtype);
+  }
+  Engine engine(*model, *tok, eo, std::move(drafter), spec.value_or(SpecConfig{}),
+                std::move(policy));
+  engine.start();
+
+  HttpServer server(engine, so);
+  server.bind();
+  server.serve_until_signal([&](int port) {
+    if (spec)
+      std::fprintf(stderr, "dspark serve: speculative decoding with %s, %d tokens per round%s\n",
+                   spec_method_name(spec->method), engine.spec()->num_speculative_tokens,
+                   spec->adaptive_verification ? ", adaptive verification" : "");
+    // Tests and scripts wait for this line; with --port 0 it carries the port chosen.
+    std::fprintf(stderr, "dspark serve: listening on http://%s:%d (model %s)\n", so.host.c_str(),
+                 port, so.served_model_name.c_str());
+  });
+  engine.stop();
+  std::fprintf(stderr, "dspark serve: stopped\n");
+  return 0;
+}
+
+}  // namespace dspark

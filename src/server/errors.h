@@ -1,0 +1,49 @@
+// ApiError: a request the server refuses, as an HTTP status and an OpenAI error object.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace httplib {
+struct Response;
+}
+
+namespace dspark {
+
+// The OpenAI error object {"error": {"message", "type", "param", "code"}}. Types and codes:
+//   400 invalid_request_error    (code null, or e.g. "context_length_exceeded")
+//   401 authentication_error     code "invalid_api_key"
+//   404 not_found_error          code "model_not_found" or "not_found"
+//   405 invalid_request_error    code "method_not_allowed"
+//   413 invalid_request_error    code "request_too_large"
+//   503 service_unavailable_error code "server_draining"
+//   500 server_error             code "internal_error"
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string type, const std::string& message, std::string param = "",
+           std::string code = "")
+      : std::runtime_error(message),
+        status(status),
+        type(std::move(type)),
+        param(std::move(param)),
+        code(std::move(code)) {}
+
+  int status;
+  std::string type;
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+};
+
+// 400 invalid_request_error naming `param` (empty: null).
+ApiError bad_request(const std::string& message, const std::string& param = "",
+                     const std::string& code = "");
+
+nlohmann::ordered_json error_json(const ApiError& e);
+// Sets status, the JSON body and its content type on `res`.
+void send_error(httplib::Response& res, const ApiError& e);
+// The error for a bare status (unknown route, oversized body, ...) that no handler described.
+ApiError error_for_status(int status, const std::string& path);
+
+}  // namespace dspark

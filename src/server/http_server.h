@@ -1,0 +1,56 @@
+// HttpServer: the OpenAI-compatible HTTP front end (cpp-httplib) of an Engine.
+//
+// Routes: GET /health, /ping, /version, /metrics (no authentication, as vLLM); GET /v1/models,
+// POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize (a Bearer key when one is
+// set). Every error is an OpenAI error object; a bad request never stops the server.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "runtime/engine.h"
+
+namespace dspark {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                   // 0: any free port (see bind())
+  std::string api_key;               // empty: no authentication
+  std::string served_model_name;     // the id of /v1/models and the "model" requests must name
+  std::string model_root;            // the model directory, reported as /v1/models "root"
+  size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
+  int keep_alive_timeout_s = 5;      // idle keep-alive connections are closed after this
+  int read_timeout_s = 30;           // a client that sends nothing for this long is dropped
+  int write_timeout_s = 30;   // one that reads nothing for this long too (its request aborted)
+  int http_threads = 128;     // connections served at once; a stream holds one thread
+  int drain_timeout_s = 600;  // shutdown(): longest wait for responses still being written
+};
+
+class HttpServer {
+ public:
+  // `engine` must be started and must outlive the server.
+  HttpServer(Engine& engine, ServerOptions opt);
+  ~HttpServer();
+
+  // Binds host:port (port 0 picks a free one) and returns the port. Throws Error naming --host
+  // and --port when the address cannot be bound.
+  int bind();
+  // Accepts and serves connections until shutdown(). Call bind() first.
+  void serve();
+  // Graceful stop (SIGTERM): /health turns 503 and new generation requests get 503, the engine
+  // drains (running and waiting requests finish), responses still being written complete, then
+  // the listener stops and serve() returns. Thread-safe; later calls return at once.
+  void shutdown();
+
+  // serve() with SIGTERM and SIGINT calling shutdown() (a second signal exits at once).
+  // `on_ready(port)` runs when the handlers are installed, just before connections are accepted.
+  void serve_until_signal(const std::function<void(int port)>& on_ready);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dspark

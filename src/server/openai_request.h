@@ -1,0 +1,53 @@
+// OpenAI / vLLM request bodies, parsed and validated into engine requests (errors: ApiError 4xx).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dspark {
+
+// What parsing needs to know about the served model.
+struct ServedModel {
+  std::string name;  // the served model name: a request's "model" must equal it
+  const Tokenizer* tok = nullptr;
+  int vocab_size = 0;                     // token ids must be below it (the model's embedding rows)
+  int max_model_len = 0;                  // prompt + output positions at most
+  std::vector<int32_t> eos_token_ids;     // config.json's; stop ids unless ignore_eos
+  std::optional<ChatFormat> chat_format;  // none: the tokenizer has no chat template
+};
+
+enum class ApiKind { Completion, Chat };
+
+struct OpenAiRequest {
+  ApiKind kind = ApiKind::Completion;
+  EngineRequest engine;  // prompt ids and params; request_id is the caller's to set
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool return_token_ids = false;  // vLLM: prompt_token_ids and token_ids in the response
+  std::string request_id;         // the body's vLLM "request_id", if any
+  std::string max_tokens_param;   // "max_tokens" or "max_completion_tokens": the one given
+};
+
+// The body as JSON: refuses bad UTF-8, malformed JSON, nesting deeper than 64 and a non-object.
+nlohmann::json parse_json_body(const std::string& body);
+
+// POST /v1/completions and POST /v1/chat/completions.
+OpenAiRequest parse_completion_request(const nlohmann::json& body, const ServedModel& m);
+OpenAiRequest parse_chat_request(const nlohmann::json& body, const ServedModel& m);
+
+// POST /tokenize ({"prompt": str} or {"messages": [...]}) and POST /detokenize ({"tokens": [...]}).
+struct TokenizeRequest {
+  std::vector<int32_t> tokens;
+  bool return_token_strs = false;
+};
+TokenizeRequest parse_tokenize_request(const nlohmann::json& body, const ServedModel& m);
+std::vector<int32_t> parse_detokenize_request(const nlohmann::json& body, const ServedModel& m);
+
+}  // namespace dspark

@@ -1,0 +1,141 @@
+#include "server/openai_response.h"
+
+#include <chrono>
+
+namespace dspark {
+
+// ordered_json: objects keep the field order OpenAI writes (id, object, created, model, ...).
+using json = nlohmann::ordered_json;
+
+ResponseMeta make_response_meta(ApiKind kind, const std::string& request_id,
+                                const std::string& model, bool return_token_ids,
+                                std::vector<int32_t> prompt_token_ids) {
+  ResponseMeta m;
+  m.kind = kind;
+  m.id = (kind == ApiKind::Chat ? "chatcmpl-" : "cmpl-") + request_id;  // as vLLM names them
+  m.created = std::chrono::duration_cast<std::chrono::seconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  m.model = model;
+  m.return_token_ids = return_token_ids;
+  m.prompt_token_ids = std::move(prompt_token_ids);
+  return m;
+}
+
+json usage_json(int prompt_tokens, int completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+namespace {
+
+json finish_value(const std::string& reason) {
+  return reason.empty() ? json() : json(reason);
+}
+
+}  // namespace
+
+json completion_response(const ResponseMeta& meta, const std::string& text,
+                         const std::vector<int32_t>& token_ids, const std::string& finish_reason,
+                         int prompt_tokens, int completion_tokens) {
+  json out = {{"id", meta.id},
+              {"object", meta.kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
+              {"created", meta.created},
+              {"model", meta.model}};
+  json choice = {{"index", 0}};
+  if (meta.kind == ApiKind::Chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_value(finish_reason);
+  if (meta.return_token_ids) {
+    // vLLM: the prompt's ids at the top level for chat, in the choice for completions.
+    if (meta.kind == ApiKind::Chat)
+      out["prompt_token_ids"] = meta.prompt_token_ids;
+    else
+      choice["prompt_token_ids"] = meta.prompt_token_ids;
+    choice["token_ids"] = token_ids;
+  }
+  out["choices"] = json::array({std::move(choice)});
+  out["usage"] = usage_json(prompt_tokens, completion_tokens);
+  return out;
+}
+
+std::string dump_json(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string sse_event(const json& j) {
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+StreamFormatter::StreamFormatter(ResponseMeta meta, bool include_usage)
+    : meta_(std::move(meta)), include_usage_(include_usage) {}
+
+json StreamFormatter::chunk(json choice) const {
+  json c = {{"id", meta_.id},
+            {"object", meta_.kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
+            {"created", meta_.created},
+            {"model", meta_.model},
+            {"choices", json::array({std::move(choice)})}};
+  if (include_usage_) c["usage"] = nullptr;  // OpenAI: null on every chunk but the last
+  return c;
+}
+
+std::string StreamFormatter::on_output(const RequestOutput& out) {
+  if (finished_) return "";
+  const bool has_ids = meta_.return_token_ids && !out.token_ids.empty();
+  // A step whose text is held back (a partial character, a possible stop string) sends nothing.
+  if (out.text.empty() && !has_ids && !out.finished) return "";
+  std::string events;
+  const json finish = out.finished ? finish_value(out.finish_reason) : json();
+  if (meta_.kind == ApiKind::Chat) {
+    if (first_) {
+      // The role chunk goes out with the first output, so a client's TTFT is the first token's.
+      json delta = {{"role", "assistant"}, {"content", ""}};
+      json choice = {
+          {"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+      json c = chunk(std::move(choice));
+      if (meta_.return_token_ids) c["prompt_token_ids"] = meta_.prompt_token_ids;
+      events += sse_event(c);
+    }
+    json delta = json::object();
+    if (!out.text.empty() || !out.finished) delta["content"] = out.text;
+    json choice = {{"index", 0},
+                   {"delta", std::move(delta)},
+                   {"logprobs", nullptr},
+                   {"finish_reason", finish}};
+    if (meta_.return_token_ids) choice["token_ids"] = out.token_ids;
+    events += sse_event(chunk(std::move(choice)));
+  } else {
+    json choice = {
+        {"index", 0}, {"text", out.text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    if (meta_.return_token_ids) {
+      if (first_)
+        choice["prompt_token_ids"] = meta_.prompt_token_ids;  // vLLM: in the first chunk only
+      choice["token_ids"] = out.token_ids;
+    }
+    events += sse_event(chunk(std::move(choice)));
+  }
+  first_ = false;
+  if (out.finished) {
+    finished_ = true;
+    if (include_usage_) {
+      json c = {
+          {"id", meta_.id},
+          {"object", meta_.kind == ApiKind::Chat ? "chat.completion.chunk" : "text_completion"},
+          {"created", meta_.created},
+          {"model", meta_.model},
+          {"choices", json::array()},
+          {"usage", usage_json(out.prompt_tokens, out.completion_tokens)}};
+      events += sse_event(c);
+    }
+    events += kSseDone;
+  }
+  return events;
+}
+
+}  // namespace dspark

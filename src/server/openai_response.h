@@ -1,0 +1,60 @@
+// OpenAI response objects (completion, chat.completion and their stream chunks) and SSE framing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/engine.h"
+#include "server/openai_request.h"
+
+namespace dspark {
+
+// What every object of one response repeats.
+struct ResponseMeta {
+  ApiKind kind = ApiKind::Completion;
+  std::string id;       // "cmpl-<request id>" or "chatcmpl-<request id>"
+  int64_t created = 0;  // unix seconds
+  std::string model;    // the served model name
+  bool return_token_ids = false;
+  std::vector<int32_t> prompt_token_ids;
+};
+
+ResponseMeta make_response_meta(ApiKind kind, const std::string& request_id,
+                                const std::string& model, bool return_token_ids,
+                                std::vector<int32_t> prompt_token_ids);
+
+nlohmann::ordered_json usage_json(int prompt_tokens, int completion_tokens);
+
+// The whole (non-streaming) response.
+nlohmann::ordered_json completion_response(const ResponseMeta& meta, const std::string& text,
+                                           const std::vector<int32_t>& token_ids,
+                                           const std::string& finish_reason, int prompt_tokens,
+                                           int completion_tokens);
+
+// JSON text as sent: invalid UTF-8 (never expected from the engine) becomes U+FFFD.
+std::string dump_json(const nlohmann::ordered_json& j);
+// One server-sent event: "data: <json>\n\n".
+std::string sse_event(const nlohmann::ordered_json& j);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+// Turns a request's engine outputs into SSE chunks, in order.
+class StreamFormatter {
+ public:
+  StreamFormatter(ResponseMeta meta, bool include_usage);
+  // The events for one engine output ("" when it carries nothing to send). After the finishing
+  // output this includes the usage chunk (with include_usage) and [DONE].
+  std::string on_output(const RequestOutput& out);
+  bool finished() const { return finished_; }
+
+ private:
+  nlohmann::ordered_json chunk(nlohmann::ordered_json choice) const;
+  ResponseMeta meta_;
+  bool include_usage_;
+  bool first_ = true;
+  bool finished_ = false;
+};
+
+}  // namespace dspark

@@ -35,7 +35,11 @@ int cmd_serve(int argc, char** argv) {
       .flag("max-model-len",
             "prompt + output tokens at most (0: the model's max_position_embeddings)", true, "0")
       .flag("max-body-mib", "largest request body in MiB (larger ones get 413)", true, "8")
-      .flag("idle-timeout", "seconds an idle keep-alive connection stays open", true, "5");
+      .flag("idle-timeout", "seconds an idle keep-alive connection stays open", true, "5")
+      .flag("prefill-first",
+            "steps with prompts to prefill run only those (lower TTFT; decoding requests wait one "
+            "step per arrival). Default: prompt chunks share each step with the decoding rounds",
+            false);
   add_runtime_flags(args);
   args.parse(argc, argv);
   if (args.help_requested()) {
@@ -67,6 +71,7 @@ int cmd_serve(int argc, char** argv) {
   eo.max_num_batched_tokens = int(args.integer("max-num-batched-tokens", 1, 1 << 20));
   eo.max_model_len = int(args.integer("max-model-len", 0, kFlagIntMax));
   eo.kv_dtype = dtype;  // as `dspark generate`: the KV cache holds the weights' precision
+  eo.prefill_first = args.on("prefill-first");
   std::optional<double> kv_gib;
   if (args.opt("kv-cache-memory")) kv_gib = args.number("kv-cache-memory", 1.0 / 1024, 1 << 20);
   // A stream holds one HTTP thread; leave room for every running and many waiting requests.
@@ -95,7 +100,8 @@ int cmd_serve(int argc, char** argv) {
   std::unique_ptr<VerifyLengthPolicy> policy;
   if (spec) {
     drafter = load_drafter(*spec, *model, dtype);
-    policy = make_verify_policy(*spec, *model, dtype);
+    // SPS(B) over the step sizes this engine runs (profiled at start-up unless the config has it).
+    policy = make_verify_policy(*spec, *model, dtype, eo.max_num_batched_tokens);
   }
   Engine engine(*model, *tok, eo, std::move(drafter), spec.value_or(SpecConfig{}),
                 std::move(policy));

@@ -226,6 +226,8 @@ struct HttpServer::Impl {
       body.append(data, n);
       return true;
     });
+    // The rest of an unread body would be parsed as the next request on this connection: close it.
+    if (too_large || res.status == 413 || !ok) res.set_header("Connection", "close");
     if (too_large || res.status == 413)
       throw ApiError(413, "invalid_request_error",
                      "request body over the server's limit of " +

@@ -153,6 +153,8 @@ int bench_serve(int argc, char** argv) {
   if (sweep && !have_model && !have_url && !args.on("sweep-configs"))
     fail("flag --sweep needs --model DIR, --base-url URL or --sweep-configs with base_url entries");
 
+  // Flags first, files after: a bad URL is named even when the prompt file is missing too.
+  if (have_url) (void)parse_server_url(args.str("base-url"), "flag --base-url");
   LoadOptions lo;
   lo.endpoint = args.str("endpoint");
   if (lo.endpoint != "/v1/chat/completions" && lo.endpoint != "/v1/completions")

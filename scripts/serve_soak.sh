@@ -6,7 +6,7 @@
 # round (RSS is printed after every round).
 #   scripts/serve_soak.sh [DURATION_S=600] [BUILD=build]
 # Environment: DSPARK (the binary, default $BUILD/dspark), MODEL, DRAFTER, THREADS (default 0:
-# every core), CLIENTS (64), MAX_TOKENS (64).
+# every core), CLIENTS (64), MAX_TOKENS (64), WARMUP_ROUNDS (1: RSS is measured after these).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 duration=${1:-600}
@@ -16,4 +16,4 @@ dspark=${DSPARK:-$root/$build/dspark}
 command -v node >/dev/null || { echo "serve_soak: node not found (scripts/install-deps.sh installs Node.js)"; exit 1; }
 exec node "$root/tests/server/load_test.mjs" --dspark "$dspark" \
   --model "${MODEL:-$root/models/demo}" --drafter "${DRAFTER:-$root/models/demo-dspark}" \
-  --threads "${THREADS:-0}" --clients "${CLIENTS:-64}" --max-tokens "${MAX_TOKENS:-64}" --duration "$duration"
+  --threads "${THREADS:-0}" --clients "${CLIENTS:-64}" --max-tokens "${MAX_TOKENS:-64}" --warmup-rounds "${WARMUP_ROUNDS:-1}" --duration "$duration"

@@ -105,8 +105,8 @@ LayerRows SeqRows::make(const std::vector<float>& inv_freq, const int32_t* table
       cos.data(), sin.data()};
 }
 
-LayerRows SeqRows::make_blocks(const std::vector<float>& inv_freq,
-                               const std::vector<Block>& blocks) {
+LayerRows SeqRows::make_blocks(const std::vector<float>& inv_freq, const std::vector<Block>& blocks,
+                               Visibility v) {
   int n = 0;
   for (const Block& b : blocks) n += b.n;
   positions.resize(size_t(n));
@@ -123,7 +123,9 @@ LayerRows SeqRows::make_blocks(const std::vector<float>& inv_freq,
       tables[size_t(row)] = b.table;
     }
   rope_tables(inv_freq, positions.data(), n, cos.data(), sin.data());
-  return {n, positions.data(), tables.data(), visible.data(), cos.data(), sin.data()};
+  return {
+      n,          positions.data(), tables.data(), v == Visibility::None ? nullptr : visible.data(),
+      cos.data(), sin.data()};
 }
 
 void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,

@@ -37,13 +37,15 @@ struct SeqRows {
   Buffer<float> cos, sin;
   LayerRows make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n,
                  Visibility v);
-  // The rows of several sequences' blocks one after another (drafters batching their rounds),
-  // each with WholeBlock visibility: block b is n positions p0.. of the sequence with `table`.
+  // The rows of several sequences' blocks one after another (drafters batching their rounds or
+  // their context rows): block b is n positions p0.. of the sequence with `table`, with
+  // WholeBlock (each block sees itself and its context) or None visibility.
   struct Block {
     const int32_t* table;
     int p0, n;
   };
-  LayerRows make_blocks(const std::vector<float>& inv_freq, const std::vector<Block>& blocks);
+  LayerRows make_blocks(const std::vector<float>& inv_freq, const std::vector<Block>& blocks,
+                        Visibility v = Visibility::WholeBlock);
 };
 
 // Scratch buffers of a layer call; grow to the largest n seen, then are reused.

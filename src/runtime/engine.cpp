@@ -56,6 +56,7 @@ struct Engine::Seq {
   int want = 0, verify_len = 0, chunk = 0, out_row = 0;
   Draft draft;
   Rng draft_rng;
+  std::vector<int32_t> committed;  // the anchor and accepted drafts the drafter is given
 
   int prompt_len() const { return int(req.prompt.size()); }
   int anchor_pos() const { return prompt_len() + int(out_tokens.size()) - 1; }
@@ -405,7 +406,11 @@ bool Engine::step() {
   dec.clear();
   for (auto& s : running_)
     if (s->decoding && decode_now) dec.push_back(s.get());
-  if (drafter_ && !dec.empty()) {
+  // The policy may judge, from past rounds, that no round with drafts can beat a plain step now.
+  const bool draft_now =
+      drafter_ && !dec.empty() && policy_->should_draft(int(dec.size()), prefill_tokens);
+  if (drafter_ && !dec.empty() && !draft_now) ++live_.spec_plain_steps;
+  if (draft_now) {
     const double t0 = now_seconds();
     jobs_.clear();
     for (Seq* s : dec) {
@@ -436,7 +441,10 @@ bool Engine::step() {
     for (size_t r = 0; r < dec.size(); ++r)
       dec[r]->verify_len = std::clamp(lengths_[r], 0, int(dec[r]->draft.tokens.size()));
   } else {
-    for (Seq* s : dec) s->verify_len = 0;
+    for (Seq* s : dec) {
+      s->draft.clear();
+      s->verify_len = 0;
+    }
   }
 
   if (dec.empty() && prefill_tokens == 0) {
@@ -541,6 +549,7 @@ bool Engine::step() {
 
   // 7b. Verify every decoding request, commit, feed the drafter.
   int row = n_head + int(tail_rows.size());
+  accepts_.clear();
   for (Seq* s : dec) {
     const int pos = s->anchor_pos();
     const int l = s->verify_len;
@@ -595,20 +604,27 @@ bool Engine::step() {
     bool go = true;
     for (int i = 0; i < vr.accepted && go; ++i) go = emit(*s, s->draft.tokens[size_t(i)]);
     if (go) go = emit(*s, vr.next_token);
-    if (go && drafter_) {
-      committed_.assign(1, s->anchor);
-      committed_.insert(committed_.end(), s->draft.tokens.begin(),
-                        s->draft.tokens.begin() + vr.accepted);
+    if (go && drafter_) {  // fed to the drafter for every request at once, below
+      s->committed.assign(1, s->anchor);
+      s->committed.insert(s->committed.end(), s->draft.tokens.begin(),
+                          s->draft.tokens.begin() + vr.accepted);
       const TargetFeatures f{taps ? out.taps + int64_t(r0) * width : nullptr,
                              taps ? vr.accepted + 1 : 0, width};
-      drafter_->accept(s->draft_seq, committed_, pos, f);
+      accepts_.push_back(AcceptJob{s->draft_seq, s->committed, pos, f});
     }
     if (go) {
       s->anchor = vr.next_token;
       s->computed = pos + vr.accepted + 1;
     }
   }
+  if (!accepts_.empty()) drafter_->accept_batch(accepts_);
   live_.step_seconds += now_seconds() - t_step;
+  if (policy_ && !dec.empty()) {
+    int emitted = 0;
+    for (Seq* s : dec) emitted += int(s->pending.token_ids.size());
+    policy_->observe_step(int(dec.size()), draft_now, emitted, now_seconds() - t_step,
+                          int(decode_rows.size()), prefill_tokens);
+  }
   if (spec_metrics_) spec_metrics_->verify_seconds += now_seconds() - t_fwd;
   retire();
   return true;

@@ -141,6 +141,7 @@ class Engine {
   Sampler sampler_;
   Buffer<float> probs_, gathered_;
   std::vector<DraftJob> jobs_;
+  std::vector<AcceptJob> accepts_;
   std::vector<const Draft*> draft_ptrs_;
   std::vector<int> lengths_;
   std::vector<int32_t> committed_, tail_rows_, decode_rows_;

@@ -49,7 +49,8 @@ struct EngineMetrics {
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
   std::vector<int64_t> spec_num_accepted_tokens_per_pos;
-  int64_t spec_proposed = 0;  // drafted tokens, verified or cut by the length policy
+  int64_t spec_proposed = 0;
+  int64_t spec_plain_steps = 0;  // steps the policy ran without drafting (it judged a plain step faster)  // drafted tokens, verified or cut by the length policy
   double draft_seconds = 0, forward_seconds = 0, step_seconds = 0;
   // Rounds the scheduler chose to verify l drafts, l = 0..K (index l).
   std::vector<int64_t> spec_verify_length_hist;

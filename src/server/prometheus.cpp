@@ -126,6 +126,9 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
     for (size_t l = 0; l < m.spec_verify_length_hist.size(); ++l)
       w.sample("dspark:spec_decode_verify_length_total", double(m.spec_verify_length_hist[l]),
                "length=\"" + std::to_string(l) + "\"");
+    w.counter("dspark:spec_decode_plain_steps",
+              "Steps run without drafting: the scheduler judged a plain step faster.",
+              double(m.spec_plain_steps));
   }
   w.counter("dspark:engine_steps", "Engine steps (one target forward each).", double(m.steps));
   return std::move(w.out());

@@ -130,6 +130,40 @@ void DflashBackbone::add_context(int seq, const float* feats, int rows, int widt
     inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
 }
 
+void DflashBackbone::add_contexts(std::span<const AcceptJob> jobs) {
+  const ModelConfig& L = cfg_.layers;
+  const int64_t H = L.hidden_size;
+  int n = 0;
+  blocks_.clear();
+  for (const AcceptJob& j : jobs) {
+    if (j.feats.rows == 0) continue;
+    if (j.feats.width != fc_.k)
+      fail("drafter: context features have width ", j.feats.width, ", fc expects ", fc_.k);
+    if (kv_.length(j.seq) != j.pos)
+      fail("drafter: context rows start at ", j.pos, " but the draft cache holds ",
+           kv_.length(j.seq));
+    n += j.feats.rows;
+  }
+  if (n == 0) return;
+  ctx_in_.resize(size_t(n) * size_t(fc_.k));
+  int row = 0;
+  for (const AcceptJob& j : jobs) {
+    if (j.feats.rows == 0) continue;
+    std::memcpy(ctx_in_.data() + int64_t(row) * fc_.k, j.feats.data,
+                size_t(j.feats.rows) * size_t(fc_.k) * 4);
+    row += j.feats.rows;
+    kv_.reserve(j.seq, j.pos + j.feats.rows);
+    kv_.set_length(j.seq, j.pos + j.feats.rows);
+    blocks_.push_back({kv_.block_table(j.seq), j.pos, j.feats.rows});
+  }
+  ctx_.resize(size_t(n) * size_t(H));
+  gemm(ctx_in_.data(), n, fc_.k, fc_, ctx_.data(), H);
+  rmsnorm(ctx_.data(), H, hidden_norm_, ctx_.data(), H, n, int(H), L.rms_norm_eps);
+  const LayerRows lr = rows_.make_blocks(inv_freq_, blocks_, SeqRows::Visibility::None);
+  for (int l = 0; l < L.num_layers; ++l)
+    inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
+}
+
 void DflashBackbone::draft_logits(std::span<const DraftJob> jobs, int first_row,
                                   std::vector<float*>& logits, std::vector<const float*>& hidden,
                                   std::vector<bool>& dv) {

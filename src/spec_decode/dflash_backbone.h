@@ -62,6 +62,8 @@ class DflashBackbone {
   void free_sequence(int seq);
   // Appends context rows at positions [pos, pos + feats.rows) (features: taps concatenated).
   void add_context(int seq, const float* feats, int rows, int width, int pos);
+  // add_context for many sequences in one pass (one fc product, one injection per layer).
+  void add_contexts(std::span<const AcceptJob> jobs);
   // One drafting round for many sequences in one pass: each job's block [anchor, MASK x (n-1)]
   // (n = block_size) at the job's position runs through the layers together with the others',
   // then the head scores rows [first_row, first_row + job.k) of each block, one matrix product
@@ -92,6 +94,7 @@ class DflashBackbone {
   Buffer<float> ctx_, h_, out_, head_in_[2], head_out_[2];
   std::vector<int32_t> block_tokens_;
   std::vector<SeqRows::Block> blocks_;
+  Buffer<float> ctx_in_;
   SeqRows rows_;
 };
 

@@ -29,6 +29,7 @@ class DflashDrafter : public Drafter {
   void accept(int seq, std::span<const int32_t>, int pos, const TargetFeatures& feats) override {
     bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
   }
+  void accept_batch(std::span<const AcceptJob> jobs) override { bb_.add_contexts(jobs); }
   void end(int seq) override { bb_.free_sequence(seq); }
 
   void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds,

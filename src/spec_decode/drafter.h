@@ -34,9 +34,11 @@ struct DraftSampling {
 
 // One round's proposal for one sequence.
 struct Draft {
-  std::vector<int32_t> tokens;    // x_1..x_k
-  std::vector<float> q;           // [k][vocab] the exact distributions sampled from; empty: one-hot on tokens
-  std::vector<float> confidence;  // c_1..c_k, P(x_k accepted | x_1..x_{k-1} accepted); empty without a head
+  std::vector<int32_t> tokens;  // x_1..x_k
+  std::vector<float>
+      q;  // [k][vocab] the exact distributions sampled from; empty: one-hot on tokens
+  std::vector<float>
+      confidence;  // c_1..c_k, P(x_k accepted | x_1..x_{k-1} accepted); empty without a head
   std::vector<float> confidence_logit;  // the raw logits s_k behind them (calibration input)
   int vocab = 0;
 
@@ -59,6 +61,14 @@ struct DraftJob {
   Draft* out = nullptr;
 };
 
+// One sequence's part of a batched accept (Drafter::accept_batch).
+struct AcceptJob {
+  int seq = -1;
+  std::span<const int32_t> committed;
+  int pos = 0;
+  TargetFeatures feats;
+};
+
 class Drafter {
  public:
   virtual ~Drafter() = default;
@@ -71,10 +81,12 @@ class Drafter {
   // A new, empty sequence; returns its id.
   virtual int begin() = 0;
   // Prompt tokens (a chunk of them) at positions pos, pos+1, ... with their target features.
-  virtual void extend(int seq, std::span<const int32_t> tokens, int pos, const TargetFeatures& feats) = 0;
+  virtual void extend(int seq, std::span<const int32_t> tokens, int pos,
+                      const TargetFeatures& feats) = 0;
   // Proposes k tokens to follow `anchor`, the last token the target produced, at position `pos`
   // (its own target features do not exist yet).
-  virtual void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& sampling, Draft& out) = 0;
+  virtual void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& sampling,
+                       Draft& out) = 0;
   // propose() for many sequences in one pass. Each job's draft must be what propose() gives it
   // alone. The default runs them one by one; DSpark and DFlash run every block through the
   // backbone together.
@@ -83,7 +95,13 @@ class Drafter {
   }
   // After verification: `committed` (the anchor and the accepted drafts) now hold positions
   // pos, pos+1, ..., with their target features (one row each).
-  virtual void accept(int seq, std::span<const int32_t> committed, int pos, const TargetFeatures& feats) = 0;
+  virtual void accept(int seq, std::span<const int32_t> committed, int pos,
+                      const TargetFeatures& feats) = 0;
+  // accept() for many sequences; the default runs them one by one, DSpark and DFlash fuse and
+  // inject every sequence's context rows in one pass.
+  virtual void accept_batch(std::span<const AcceptJob> jobs) {
+    for (const AcceptJob& j : jobs) accept(j.seq, j.committed, j.pos, j.feats);
+  }
   virtual void end(int seq) = 0;
 };
 

@@ -99,6 +99,7 @@ class DsparkDrafter : public Drafter {
     (void)committed;
     bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
   }
+  void accept_batch(std::span<const AcceptJob> jobs) override { bb_.add_contexts(jobs); }
 
   void end(int seq) override { bb_.free_sequence(seq); }
 

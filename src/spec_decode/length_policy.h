@@ -22,6 +22,16 @@ class VerifyLengthPolicy {
   // Tokens the coming step runs besides the requests' anchors and drafts (chunks of prompts
   // being prefilled): they make the step slower whatever is verified.
   virtual void set_other_tokens(int /*tokens*/) {}
+  // Asked before drafting: whether a round with drafts can beat a plain decoding step for
+  // `requests` decoding requests this step, judged from past rounds only (never from the drafts
+  // about to be made, so skipping keeps the output the target's). false: the step decodes one
+  // token per request and the drafter is not run.
+  virtual bool should_draft(int /*requests*/, int /*other_tokens*/) { return true; }
+  // After each step with decoding requests: how many there were, whether they drafted, the
+  // tokens they emitted, the step's seconds (drafting, forward and verification), and the rows of
+  // the forward that were theirs (anchors and drafts) and other requests' (prompt chunks).
+  virtual void observe_step(int /*requests*/, bool /*drafted*/, int /*tokens*/, double /*seconds*/,
+                            int /*decode_rows*/, int /*other_rows*/) {}
 };
 
 // Verifies every drafted token.
@@ -41,7 +51,9 @@ class StaticThresholdPolicy : public VerifyLengthPolicy {
     for (size_t r = 0; r < drafts.size(); ++r) {
       const Draft& d = *drafts[r];
       int l = 0;
-      while (l < int(d.tokens.size()) && (d.confidence.empty() || d.confidence[size_t(l)] >= threshold_)) ++l;
+      while (l < int(d.tokens.size()) &&
+             (d.confidence.empty() || d.confidence[size_t(l)] >= threshold_))
+        ++l;
       lengths[r] = l;
     }
   }

@@ -1,13 +1,14 @@
 #include "spec_decode/prefix_scheduler.h"
 
 #include <algorithm>
+#include <bit>
 #include <tuple>
 
 #include "core/error.h"
 
 namespace dspark {
 
-double PrefixScheduler::sps(int b) const {
+double PrefixScheduler::step_sps(int b) const {
   if (sps_.size() < 2) fail("prefix scheduler: empty SPS table");
   const int last = int(sps_.size()) - 1;
   double s = sps_[size_t(std::min(b, last))];
@@ -16,7 +17,50 @@ double PrefixScheduler::sps(int b) const {
                  slope = std::max(0.0, t1 - 1.0 / sps_[size_t(last - 1)]);
     s = 1.0 / (t1 + slope * double(b - last));
   }
+  return s;
+}
+
+double PrefixScheduler::sps(int b) const {
+  const double s = step_sps(b);
   return draft_s_ > 0 ? 1.0 / (1.0 / s + draft_s_) : s;
+}
+
+namespace {
+int requests_bucket(int requests) {
+  return std::bit_width(unsigned(std::max(1, requests))) - 1;
+}
+}  // namespace
+
+bool PrefixScheduler::should_draft(int requests, int /*other_tokens*/) {
+  if (!learn_) return true;  // a fixed curve: Algorithm 1 alone decides
+  ++steps_;
+  const size_t b = size_t(requests_bucket(requests));
+  if (rates_.size() < 2 * b + 2) rates_.resize(2 * b + 2);
+  const Rate &plain = rates_[2 * b], &spec = rates_[2 * b + 1];
+  if (spec.observed < 3) return true;
+  if (plain.observed < 3) return false;
+  const bool drafting_wins = spec.tokens_per_s >= plain.tokens_per_s;
+  const Rate& loser = drafting_wins ? plain : spec;
+  if (steps_ - loser.last_step >= kProbeEvery) return !drafting_wins;
+  return drafting_wins;
+}
+
+void PrefixScheduler::observe_step(int requests, bool drafted, int tokens, double seconds,
+                                   int decode_rows, int other_rows) {
+  if (!learn_ || !(seconds > 0)) return;
+  // Prompt chunks in the same forward are not the decoding requests' cost: their share of the
+  // step time (by SPS(B)) is taken out, so arrivals do not make either kind look slow.
+  if (other_rows > 0 && decode_rows > 0) {
+    const double all = 1.0 / step_sps(decode_rows + other_rows), own = 1.0 / step_sps(decode_rows);
+    seconds = std::max(seconds * 0.05, seconds - (all - own));
+  }
+  const size_t b = size_t(requests_bucket(requests));
+  if (rates_.size() < 2 * b + 2) rates_.resize(2 * b + 2);
+  Rate& r = rates_[2 * b + (drafted ? 1 : 0)];
+  const double rate = double(tokens) / seconds;
+  r.tokens_per_s += (r.observed == 0 ? 1.0 : 0.25) * (rate - r.tokens_per_s);
+  ++r.observed;
+  r.last_step = steps_;
 }
 
 void PrefixScheduler::observe_drafting(double seconds) {

@@ -24,10 +24,20 @@ class PrefixScheduler : public VerifyLengthPolicy {
   void learn_drafting_cost(bool on) { learn_ = on; }
   void observe_drafting(double seconds) override;
   void set_other_tokens(int tokens) override { other_tokens_ = tokens; }
+  // With a learned drafting cost (the "auto" curve): whether to draft is chosen from the
+  // realized output rate (tokens per second, drafting included) of the recent steps of each kind
+  // at about this many requests (buckets 1, 2-3, 4-7, ...): the faster kind runs, the other is
+  // tried again every kProbeEvery steps so the choice follows load and acceptance. Only past
+  // steps decide, so skipping keeps the output the target's.
+  bool should_draft(int requests, int other_tokens) override;
+  void observe_step(int requests, bool drafted, int tokens, double seconds, int decode_rows,
+                    int other_rows) override;
+  static constexpr int kProbeEvery = 16;
   double drafting_cost() const { return draft_s_; }
 
  protected:
-  double sps(int batch_tokens) const;
+  double sps(int batch_tokens) const;       // with the learned drafting time
+  double step_sps(int batch_tokens) const;  // the target step alone
   // false only in the anticipating variant that tests use to show the bias.
   virtual bool early_stop() const { return true; }
 
@@ -35,6 +45,13 @@ class PrefixScheduler : public VerifyLengthPolicy {
   std::vector<double> sps_;
   bool learn_ = false;
   int other_tokens_ = 0;
+  struct Rate {
+    double tokens_per_s = 0;  // exponential average
+    int observed = 0;
+    int64_t last_step = 0;
+  };
+  std::vector<Rate> rates_;  // [bucket * 2 + drafted]
+  int64_t steps_ = 0;
   double draft_s_ = 0;  // mean drafting seconds per round so far (exponentially weighted)
   int64_t observed_ = 0;
 };

@@ -36,12 +36,15 @@ bool PrefixScheduler::should_draft(int requests, int /*other_tokens*/) {
   ++steps_;
   const size_t b = size_t(requests_bucket(requests));
   if (rates_.size() < 2 * b + 2) rates_.resize(2 * b + 2);
-  const Rate &plain = rates_[2 * b], &spec = rates_[2 * b + 1];
+  Rate &plain = rates_[2 * b], &spec = rates_[2 * b + 1];
   if (spec.observed < 3) return true;
   if (plain.observed < 3) return false;
   const bool drafting_wins = spec.tokens_per_s >= plain.tokens_per_s;
-  const Rate& loser = drafting_wins ? plain : spec;
-  if (steps_ - loser.last_step >= kProbeEvery) return !drafting_wins;
+  Rate& loser = drafting_wins ? plain : spec;
+  if (steps_ - loser.last_step >= kProbeEvery) {
+    loser.last_step = steps_;  // one probe, then the winner again until the next
+    return !drafting_wins;
+  }
   return drafting_wins;
 }
 

@@ -21,8 +21,20 @@ std::vector<double> profile_sps_curve(const Model& target, DType kv_dtype, int K
   opt.batches = {1};
   opt.tokens.clear();
   for (int t = 1; t <= K + 1; ++t) opt.tokens.push_back(t);
-  for (const StepPoint& p : profile_steps(target, opt))
-    pts.push_back({p.tokens_per_seq, p.seconds});
+  {
+    // One sequence's steps of 1..K+1 tokens, replaced by their least-squares line t = a + b B
+    // (b >= 0): kernel tile edges and timer noise make the raw points jump by a few percent, and
+    // a local dip would stop Algorithm 1's scan early (and differently from run to run).
+    double n = 0, sb = 0, st = 0, sbb = 0, sbt = 0;
+    for (const StepPoint& p : profile_steps(target, opt)) {
+      const double b = p.tokens_per_seq, t = p.seconds;
+      n += 1, sb += b, st += t, sbb += b * b, sbt += b * t;
+    }
+    const double den = n * sbb - sb * sb;
+    const double slope = den > 0 ? std::max(0.0, (n * sbt - sb * st) / den) : 0.0;
+    const double icpt = (st - slope * sb) / n;
+    for (int t = 1; t <= K + 1; ++t) pts.push_back({t, std::max(icpt + slope * t, 1e-9)});
+  }
   opt.batches.clear();
   for (int b = 2; b * (K + 1) <= std::min(max_tokens, 512); b *= 2) opt.batches.push_back(b);
   if (!opt.batches.empty()) {

@@ -37,8 +37,8 @@ bool PrefixScheduler::should_draft(int requests, int /*other_tokens*/) {
   const size_t b = size_t(requests_bucket(requests));
   if (rates_.size() < 2 * b + 2) rates_.resize(2 * b + 2);
   Rate &plain = rates_[2 * b], &spec = rates_[2 * b + 1];
-  if (spec.observed < 3) return true;
-  if (plain.observed < 3) return false;
+  if (spec.observed < 4) return true;
+  if (plain.observed < 4) return false;
   const bool drafting_wins = spec.tokens_per_s >= plain.tokens_per_s;
   Rate& loser = drafting_wins ? plain : spec;
   if (steps_ - loser.last_step >= kProbeEvery) {
@@ -60,8 +60,11 @@ void PrefixScheduler::observe_step(int requests, bool drafted, int tokens, doubl
   const size_t b = size_t(requests_bucket(requests));
   if (rates_.size() < 2 * b + 2) rates_.resize(2 * b + 2);
   Rate& r = rates_[2 * b + (drafted ? 1 : 0)];
-  const double rate = double(tokens) / seconds;
-  r.tokens_per_s += (r.observed == 0 ? 1.0 : 0.25) * (rate - r.tokens_per_s);
+  // Tokens over seconds of the recent steps (decayed sums): the throughput those steps gave,
+  // which a mean of per-step rates would not be (it over-weights short steps).
+  r.tokens = 0.9 * r.tokens + double(tokens);
+  r.seconds = 0.9 * r.seconds + seconds;
+  r.tokens_per_s = r.tokens / r.seconds;
   ++r.observed;
   r.last_step = steps_;
 }

@@ -46,7 +46,8 @@ class PrefixScheduler : public VerifyLengthPolicy {
   bool learn_ = false;
   int other_tokens_ = 0;
   struct Rate {
-    double tokens_per_s = 0;  // exponential average
+    double tokens = 0, seconds = 0;  // decayed sums over the recent steps
+    double tokens_per_s = 0;
     int observed = 0;
     int64_t last_step = 0;
   };

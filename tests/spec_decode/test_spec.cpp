@@ -574,9 +574,9 @@ TEST(PrefixScheduler, DraftsOnlyWhenDraftingStepsHaveBeenFaster) {
   PrefixScheduler s({0.0, 1.0, 0.5});
   s.learn_drafting_cost(true);
   EXPECT_TRUE(s.should_draft(16, 0)) << "nothing observed: draft";
-  for (int i = 0; i < 3; ++i) s.observe_step(16, true, 40, 0.05, 100, 0);  // 800 tok/s drafting
+  for (int i = 0; i < 4; ++i) s.observe_step(16, true, 40, 0.05, 100, 0);  // 800 tok/s drafting
   EXPECT_FALSE(s.should_draft(16, 0)) << "plain steps must be tried before they can be compared";
-  for (int i = 0; i < 3; ++i) s.observe_step(16, false, 16, 0.01, 16, 0);  // 1600 tok/s plain
+  for (int i = 0; i < 4; ++i) s.observe_step(16, false, 16, 0.01, 16, 0);  // 1600 tok/s plain
   int drafted = 0;
   const int n = 10 * PrefixScheduler::kProbeEvery;
   for (int i = 0; i < n; ++i) drafted += s.should_draft(16, 0);
@@ -592,8 +592,8 @@ TEST(PrefixScheduler, DraftsOnlyWhenDraftingStepsHaveBeenFaster) {
   // A step's prompt-chunk rows are not charged to the decoding requests.
   PrefixScheduler t({0.0, 100.0, 50.0, 34.0, 25.0, 20.0});  // B tokens take B / 100 s
   t.learn_drafting_cost(true);
-  for (int i = 0; i < 3; ++i) t.observe_step(1, true, 3, 0.03, 3, 0);     // 100 tok/s, no prompts beside
-  for (int i = 0; i < 3; ++i) t.observe_step(1, false, 1, 0.025, 1, 2);  // 40 tok/s, 178 without the chunks
+  for (int i = 0; i < 4; ++i) t.observe_step(1, true, 3, 0.03, 3, 0);     // 100 tok/s, no prompts beside
+  for (int i = 0; i < 4; ++i) t.observe_step(1, false, 1, 0.025, 1, 2);  // 40 tok/s, 178 without the chunks
   EXPECT_FALSE(t.should_draft(1, 0)) << "plain steps beside prompt chunks were charged the chunks' time";
 }
 

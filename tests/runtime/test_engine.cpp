@@ -173,6 +173,8 @@ TEST(Engine, F32GreedyEqualsPlainDecodingAloneAtEveryConcurrency) {
       {"dspark, a KV pool for two (preemption)", demo_spec(false), 6, 2048, 160, false},
       {"plain, a KV pool for two (preemption)", "", 6, 2048, 128, false},
       {"dspark adaptive, prefill-first steps, staggered", demo_spec(true), 4, 64, 0, true, true},
+      {"n-gram, all at once", R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3})",
+       6, 2048, 0, false},
   };
   for (const Case& c : cases) {
     EngineOptions opt;

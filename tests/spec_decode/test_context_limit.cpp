@@ -3,6 +3,8 @@
 // before any work. Also the speculative settings whose length must match the block.
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include "../error_of.h"
 
 #include <functional>
@@ -130,6 +132,19 @@ TEST(SpecConfig, SpsCurveMustCoverEveryVerifyLength) {
                                         R"(", "num_speculative_tokens": 4, "enable_adaptive_verification": true, "dspark_sps_curve": [1, 0.5, 0.34, 0.25, 0.2, 0.17, 0.15]})");
   load_drafter(longer, *s.target, DType::F32);
   EXPECT_NO_THROW(make_verify_policy(longer, *s.target, DType::F32));
+  // A file written by `dspark bench step --sps-out`, named instead of the array.
+  const std::string file = s.drafter + "/sps.json";
+  std::ofstream(file) << R"({"cpu": "test", "dspark_sps_curve": [1, 0.5, 0.34, 0.25, 0.2, 0.17]})";
+  SpecConfig from_file = SpecConfig::parse(R"({"model": ")" + s.drafter +
+                                           R"(", "num_speculative_tokens": 4, "enable_adaptive_verification": true, "dspark_sps_curve": ")" +
+                                           file + R"("})");
+  EXPECT_EQ(from_file.sps_curve, (std::vector<double>{1, 0.5, 0.34, 0.25, 0.2, 0.17}));
+  std::ofstream(file) << R"({"steps": []})";
+  const std::string bad = error_of([&] {
+    SpecConfig::parse(R"({"model": ")" + s.drafter + R"(", "enable_adaptive_verification": true, "dspark_sps_curve": ")" + file + R"("})");
+  });
+  EXPECT_NE(bad.find(file), std::string::npos) << bad;
+  EXPECT_NE(bad.find("bench step --sps-out"), std::string::npos) << bad;
   SpecConfig ok = SpecConfig::parse(R"({"model": ")" + s.drafter +
                                     R"(", "num_speculative_tokens": 4, "enable_adaptive_verification": true, "dspark_sps_curve": [1, 0.5, 0.34, 0.25, 0.2]})");
   load_drafter(ok, *s.target, DType::F32);

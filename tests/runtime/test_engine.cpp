@@ -309,35 +309,6 @@ struct Tiny {
     tok = Tokenizer::from_file((dir / "tokenizer.json").string());
   }
   ~Tiny() { fs::remove_all(dir); }
-
-  // Exact joint distribution of the first n tokens after `prompt`.
-  std::vector<double> exact(const std::vector<int32_t>& prompt, const SamplingParams& sp,
-                            int n) const {
-    KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, DType::F32, 1 << 12);
-    Forward fwd(*target, kv);
-    Sampler sampler;
-    std::vector<float> p(size_t(cfg.vocab_size));
-    std::vector<double> out;
-    std::function<void(std::vector<int32_t>&, double, int)> rec = [&](std::vector<int32_t>& ctx,
-                                                                      double mass, int depth) {
-      if (depth == n) {
-        out.push_back(mass);
-        return;
-      }
-      const int seq = kv.create_sequence();
-      sampler.dense(prefill(fwd, seq, ctx, 512), cfg.vocab_size, sp, p.data());
-      kv.free_sequence(seq);
-      const std::vector<float> probs = p;
-      for (int v = 0; v < cfg.vocab_size; ++v) {
-        ctx.push_back(v);
-        rec(ctx, mass * probs[size_t(v)], depth + 1);
-        ctx.pop_back();
-      }
-    };
-    std::vector<int32_t> ctx = prompt;
-    rec(ctx, 1.0, 0);
-    return out;
-  }
 };
 
 // Requests of two temperatures (and a greedy one) share every step; each class's first three
@@ -400,7 +371,7 @@ std::map<int, ChiSquare> batched_fit(Tiny& t, std::unique_ptr<VerifyLengthPolicy
   }
   std::map<int, ChiSquare> fit;
   for (size_t c = 0; c < classes.size(); ++c)
-    fit[int(c)] = chi_square(counts[c], t.exact(prompt, classes[c], n));
+    fit[int(c)] = chi_square(counts[c], exact_joint(*t.target, prompt, classes[c], n));
   if (metrics_out) *metrics_out = e.metrics();
   return fit;
 }

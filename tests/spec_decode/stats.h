@@ -2,7 +2,12 @@
 #pragma once
 
 #include <cmath>
+#include <functional>
 #include <vector>
+
+#include "model/forward.h"
+#include "runtime/generate.h"
+#include "sample/sampler.h"
 
 namespace dspark::testing {
 
@@ -66,6 +71,36 @@ inline ChiSquare chi_square(const std::vector<int64_t>& counts, const std::vecto
   r.dof = std::max(1, cells - 1);
   r.p_value = gamma_q(r.dof / 2.0, r.statistic / 2.0);
   return r;
+}
+
+// The target's exact joint distribution of the first n tokens after `prompt` under `sp`
+// (vocab^n cells, in row-major token order), by prefilling every prefix.
+inline std::vector<double> exact_joint(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& sp,
+                                       int n) {
+  const ModelConfig& c = target.config();
+  KvCache kv(c.num_layers, c.num_kv_heads, c.head_dim, DType::F32, 1 << 12);
+  Forward fwd(target, kv);
+  Sampler sampler;
+  std::vector<float> p(size_t(c.vocab_size));
+  std::vector<double> out;
+  std::function<void(std::vector<int32_t>&, double, int)> rec = [&](std::vector<int32_t>& ctx, double mass, int depth) {
+    if (depth == n) {
+      out.push_back(mass);
+      return;
+    }
+    const int seq = kv.create_sequence();
+    sampler.dense(prefill(fwd, seq, ctx, 512), c.vocab_size, sp, p.data());
+    kv.free_sequence(seq);
+    const std::vector<float> probs = p;
+    for (int v = 0; v < c.vocab_size; ++v) {
+      ctx.push_back(v);
+      rec(ctx, mass * probs[size_t(v)], depth + 1);
+      ctx.pop_back();
+    }
+  };
+  std::vector<int32_t> ctx = prompt;
+  rec(ctx, 1.0, 0);
+  return out;
 }
 
 }  // namespace dspark::testing

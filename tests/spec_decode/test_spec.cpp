@@ -623,33 +623,6 @@ TEST(Ngram, ProposesWhatFollowedTheLatestMatch) {
 
 // ---------------------------------------------------------------- sampled losslessness
 
-// Exact joint distribution of the first `n` generated tokens (vocab^n cells).
-std::vector<double> exact_joint(Harness& h, const std::vector<int32_t>& prompt, const SamplingParams& sp, int n) {
-  const int V = h.cfg.vocab_size;
-  Sampler sampler;
-  std::vector<float> p(static_cast<size_t>(V));
-  std::vector<double> out;
-  std::function<void(std::vector<int32_t>&, double, int)> rec = [&](std::vector<int32_t>& ctx, double mass, int depth) {
-    if (depth == n) {
-      out.push_back(mass);
-      return;
-    }
-    const int seq = h.kv->create_sequence();
-    const float* logits = prefill(*h.fwd, seq, ctx, 512);
-    sampler.dense(logits, V, sp, p.data());
-    h.kv->free_sequence(seq);
-    const std::vector<float> probs = p;
-    for (int v = 0; v < V; ++v) {
-      ctx.push_back(v);
-      rec(ctx, mass * probs[size_t(v)], depth + 1);
-      ctx.pop_back();
-    }
-  };
-  std::vector<int32_t> ctx = prompt;
-  rec(ctx, 1.0, 0);
-  return out;
-}
-
 ChiSquare sampled_fit(Harness& h, Drafter& d, const SpecConfig& sc, VerifyLengthPolicy& policy, const SamplingParams& sp,
                       const std::vector<double>& exact, int n_tokens, int runs, SpecMetrics* metrics = nullptr) {
   const std::vector<int32_t> prompt = {1, 4, 2};
@@ -685,7 +658,7 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
   sp.temperature = 0.9f;
   sp.top_k = 5;
   const int n_tokens = 3, runs = 9000;
-  const auto exact = exact_joint(h, {1, 4, 2}, sp, n_tokens);
+  const auto exact = exact_joint(*h.target, {1, 4, 2}, sp, n_tokens);
   struct Case {
     std::string kind;
     bool probabilistic, block;
@@ -745,7 +718,7 @@ TEST(SpecLossless, BrokenVerifierFailsTheSameTest) {
   SamplingParams sp;
   sp.temperature = 0.9f;
   sp.top_k = 5;
-  const auto exact = exact_joint(h, {1, 4, 2}, sp, 3);
+  const auto exact = exact_joint(*h.target, {1, 4, 2}, sp, 3);
   DrafterSpec s;
   s.std = 0.6f;
   SpecConfig sc = config_for("dspark", h.drafter("dspark", s), 3, true, false, 0);

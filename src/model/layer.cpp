@@ -86,26 +86,7 @@ void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, i
   }
 }
 
-LayerRows SeqRows::make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n,
-                        Visibility v) {
-  positions.resize(size_t(n));
-  visible.resize(size_t(n));
-  tables.resize(size_t(n));
-  const size_t half = inv_freq.size();
-  cos.resize(size_t(n) * half);
-  sin.resize(size_t(n) * half);
-  for (int i = 0; i < n; ++i) {
-    positions[size_t(i)] = p0 + i;
-    visible[size_t(i)] = v == Visibility::WholeBlock ? p0 + n : p0 + i + 1;
-    tables[size_t(i)] = table;
-  }
-  rope_tables(inv_freq, positions.data(), n, cos.data(), sin.data());
-  return {
-      n,          positions.data(), tables.data(), v == Visibility::None ? nullptr : visible.data(),
-      cos.data(), sin.data()};
-}
-
-LayerRows SeqRows::make_blocks(const std::vector<float>& inv_freq, const std::vector<Block>& blocks,
+LayerRows SeqRows::make_blocks(const std::vector<float>& inv_freq, std::span<const Block> blocks,
                                Visibility v) {
   int n = 0;
   for (const Block& b : blocks) n += b.n;
@@ -119,13 +100,12 @@ LayerRows SeqRows::make_blocks(const std::vector<float>& inv_freq, const std::ve
   for (const Block& b : blocks)
     for (int i = 0; i < b.n; ++i, ++row) {
       positions[size_t(row)] = b.p0 + i;
-      visible[size_t(row)] = b.p0 + b.n;
+      visible[size_t(row)] = v == Visibility::Causal ? b.p0 + i + 1 : b.p0 + b.n;
       tables[size_t(row)] = b.table;
     }
   rope_tables(inv_freq, positions.data(), n, cos.data(), sin.data());
-  return {
-      n,          positions.data(), tables.data(), v == Visibility::None ? nullptr : visible.data(),
-      cos.data(), sin.data()};
+  return {n,          positions.data(), tables.data(), v == Visibility::None ? nullptr : visible.data(),
+          cos.data(), sin.data()};
 }
 
 void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,

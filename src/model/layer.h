@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/buffer.h"
@@ -35,17 +36,19 @@ struct SeqRows {
   Buffer<int32_t> positions, visible;
   Buffer<const int32_t*> tables;
   Buffer<float> cos, sin;
-  LayerRows make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n,
-                 Visibility v);
   // The rows of several sequences' blocks one after another (drafters batching their rounds or
-  // their context rows): block b is n positions p0.. of the sequence with `table`, with
-  // WholeBlock (each block sees itself and its context) or None visibility.
+  // their context rows): block b is n positions p0.. of the sequence with `table`, each with
+  // the visibility rule `v` within its own block.
   struct Block {
     const int32_t* table;
     int p0, n;
   };
-  LayerRows make_blocks(const std::vector<float>& inv_freq, const std::vector<Block>& blocks,
-                        Visibility v = Visibility::WholeBlock);
+  LayerRows make_blocks(const std::vector<float>& inv_freq, std::span<const Block> blocks, Visibility v);
+  // One block.
+  LayerRows make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n, Visibility v) {
+    const Block b{table, p0, n};
+    return make_blocks(inv_freq, std::span<const Block>(&b, 1), v);
+  }
 };
 
 // Scratch buffers of a layer call; grow to the largest n seen, then are reused.

@@ -113,27 +113,15 @@ void DflashBackbone::free_sequence(int seq) {
 }
 
 void DflashBackbone::add_context(int seq, const float* feats, int rows, int width, int pos) {
-  if (rows == 0) return;
-  const ModelConfig& L = cfg_.layers;
-  const int64_t H = L.hidden_size;
-  if (width != fc_.k) fail("drafter: context features have width ", width, ", fc expects ", fc_.k);
-  if (kv_.length(seq) != pos)
-    fail("drafter: context rows start at ", pos, " but the draft cache holds ", kv_.length(seq));
-  ctx_.resize(size_t(rows) * size_t(H));
-  gemm(feats, rows, width, fc_, ctx_.data(), H);
-  rmsnorm(ctx_.data(), H, hidden_norm_, ctx_.data(), H, rows, int(H), L.rms_norm_eps);
-  kv_.reserve(seq, pos + rows);
-  kv_.set_length(seq, pos + rows);
-  const LayerRows lr =
-      rows_.make(inv_freq_, kv_.block_table(seq), pos, rows, SeqRows::Visibility::None);
-  for (int l = 0; l < L.num_layers; ++l)
-    inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
+  const AcceptJob job{seq, {}, pos, TargetFeatures{feats, rows, width}};
+  add_contexts(std::span<const AcceptJob>(&job, 1));
 }
 
 void DflashBackbone::add_contexts(std::span<const AcceptJob> jobs) {
   const ModelConfig& L = cfg_.layers;
   const int64_t H = L.hidden_size;
-  int n = 0;
+  int n = 0, parts = 0;
+  const float* in = nullptr;  // the fc input: one sequence's rows as given, several gathered
   blocks_.clear();
   for (const AcceptJob& j : jobs) {
     if (j.feats.rows == 0) continue;
@@ -143,21 +131,25 @@ void DflashBackbone::add_contexts(std::span<const AcceptJob> jobs) {
       fail("drafter: context rows start at ", j.pos, " but the draft cache holds ",
            kv_.length(j.seq));
     n += j.feats.rows;
+    ++parts;
+    in = j.feats.data;
   }
   if (n == 0) return;
-  ctx_in_.resize(size_t(n) * size_t(fc_.k));
+  if (parts > 1) ctx_in_.resize(size_t(n) * size_t(fc_.k));
   int row = 0;
   for (const AcceptJob& j : jobs) {
     if (j.feats.rows == 0) continue;
-    std::memcpy(ctx_in_.data() + int64_t(row) * fc_.k, j.feats.data,
-                size_t(j.feats.rows) * size_t(fc_.k) * 4);
+    if (parts > 1)
+      std::memcpy(ctx_in_.data() + int64_t(row) * fc_.k, j.feats.data,
+                  size_t(j.feats.rows) * size_t(fc_.k) * 4);
     row += j.feats.rows;
     kv_.reserve(j.seq, j.pos + j.feats.rows);
     kv_.set_length(j.seq, j.pos + j.feats.rows);
     blocks_.push_back({kv_.block_table(j.seq), j.pos, j.feats.rows});
   }
+  if (parts > 1) in = ctx_in_.data();
   ctx_.resize(size_t(n) * size_t(H));
-  gemm(ctx_in_.data(), n, fc_.k, fc_, ctx_.data(), H);
+  gemm(in, n, fc_.k, fc_, ctx_.data(), H);
   rmsnorm(ctx_.data(), H, hidden_norm_, ctx_.data(), H, n, int(H), L.rms_norm_eps);
   const LayerRows lr = rows_.make_blocks(inv_freq_, blocks_, SeqRows::Visibility::None);
   for (int l = 0; l < L.num_layers; ++l)
@@ -176,6 +168,8 @@ void DflashBackbone::draft_logits(std::span<const DraftJob> jobs, int first_row,
   blocks_.clear();
   block_tokens_.clear();
   for (const DraftJob& j : jobs) {
+    j.out->clear();
+    j.out->vocab = target_vocab_;
     if (j.k <= 0) continue;
     if (first_row + j.k > gamma)
       fail("drafter: ", j.k, " drafts requested, the block of ", gamma, " yields ",
@@ -193,7 +187,7 @@ void DflashBackbone::draft_logits(std::span<const DraftJob> jobs, int first_row,
   h_.resize(size_t(n) * size_t(H));
   out_.resize(size_t(n) * size_t(H));
   embed_rows(embed_->data, embed_->dtype, int(H), block_tokens_.data(), n, h_.data(), H);
-  const LayerRows lr = rows_.make_blocks(inv_freq_, blocks_);
+  const LayerRows lr = rows_.make_blocks(inv_freq_, blocks_, SeqRows::Visibility::WholeBlock);
   for (int l = 0; l < L.num_layers; ++l)
     decoder_layer(L, layers_[size_t(l)], kv_.layer(l), lr, h_.data(), scratch_);
   for (const DraftJob& j : jobs)

@@ -68,7 +68,7 @@ class DflashBackbone {
   // (n = block_size) at the job's position runs through the layers together with the others',
   // then the head scores rows [first_row, first_row + job.k) of each block, one matrix product
   // per head for the whole batch. logits[j] points to job j's k rows of head(dv[j]) logits
-  // (writable; valid until the next call), hidden[j] to the final-normed hidden states of those
+  // (writable; valid until the next call; each job's draft is cleared), hidden[j] to the final-normed hidden states of those
   // rows ([k, H]), dv[j] whether it drafts over the draft vocabulary. Jobs with k = 0 get null.
   void draft_logits(std::span<const DraftJob> jobs, int first_row, std::vector<float*>& logits,
                     std::vector<const float*>& hidden, std::vector<bool>& dv);

@@ -40,12 +40,6 @@ class DflashDrafter : public Drafter {
 
   // Every job's block runs through the backbone together; slot i + 1 predicts draft i.
   void propose_batch(std::span<const DraftJob> jobs) override {
-    const int gamma = bb_.config().block_size;
-    for (const DraftJob& j : jobs) {
-      if (j.k > gamma - 1) fail("dflash: ", j.k, " drafts requested, the block yields ", gamma - 1);
-      j.out->clear();
-      j.out->vocab = vocab_;
-    }
     bb_.draft_logits(jobs, /*first_row=*/1, logits_, hidden_, dv_);
     for (size_t j = 0; j < jobs.size(); ++j) {
       const DraftJob& job = jobs[j];

@@ -112,12 +112,6 @@ class DsparkDrafter : public Drafter {
   // Every job's block runs through the backbone together; the Markov head then samples each
   // block left to right.
   void propose_batch(std::span<const DraftJob> jobs) override {
-    const int gamma = bb_.config().block_size;
-    for (const DraftJob& j : jobs) {
-      if (j.k > gamma) fail("dspark: ", j.k, " drafts requested, the block holds ", gamma);
-      j.out->clear();
-      j.out->vocab = vocab_;
-    }
     bb_.draft_logits(jobs, /*first_row=*/0, logits_, hidden_, dv_);
     for (size_t j = 0; j < jobs.size(); ++j)
       if (jobs[j].k > 0) sample_block(jobs[j], logits_[j], hidden_[j], dv_[j]);

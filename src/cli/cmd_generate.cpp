@@ -49,8 +49,7 @@ int cmd_generate(int argc, char** argv) {
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, LoadOptions{dtype});
   const ModelConfig& cfg = model->config();
-  if (tok->vocab_size() > cfg.vocab_size)
-    fail(dir, ": tokenizer.json has ", tok->vocab_size(), " tokens but config.json vocab_size is ", cfg.vocab_size);
+  check_tokenizer_vocab(*tok, cfg, dir);
 
   gp.stop_token_ids = cfg.eos_token_ids;
 

@@ -83,13 +83,11 @@ int cmd_serve(int argc, char** argv) {
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, LoadOptions{dtype});
   const ModelConfig& cfg = model->config();
-  if (tok->vocab_size() > cfg.vocab_size)
-    fail(dir, ": tokenizer.json has ", tok->vocab_size(), " tokens but config.json vocab_size is ",
-         cfg.vocab_size);
+  check_tokenizer_vocab(*tok, cfg, dir);
   if (kv_gib) {
     // K and V of every layer for one position.
     const double per_token =
-        double(cfg.num_layers) * 2 * cfg.num_kv_heads * cfg.head_dim * double(dtype_size(dtype));
+        double(KvCache::bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype));
     eo.kv_tokens = int64_t(std::floor(*kv_gib * double(1 << 30) / per_token));
     if (eo.kv_tokens < kKvBlock)
       fail("flag --kv-cache-memory ", args.str("kv-cache-memory"), " GiB holds fewer than ",

@@ -29,6 +29,11 @@ std::string number_text(double x) {
 }
 }  // namespace
 
+void check_tokenizer_vocab(const Tokenizer& tok, const ModelConfig& cfg, const std::string& dir) {
+  if (tok.vocab_size() > cfg.vocab_size)
+    fail(dir, ": tokenizer.json has ", tok.vocab_size(), " tokens but config.json vocab_size is ", cfg.vocab_size);
+}
+
 void add_sampling_flags(Args& args, const SamplingParams& d) {
   args.flag("temperature", "sampling temperature (0: greedy)", true, number_text(d.temperature))
       .flag("top-p", "nucleus sampling mass, in (0, 1]", true, number_text(d.top_p))

@@ -8,6 +8,7 @@
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
 
 namespace dspark {
 
@@ -15,6 +16,9 @@ namespace dspark {
 void add_runtime_flags(Args& args);
 // Applies --threads and returns the weight dtype chosen by --dtype.
 DType apply_runtime_flags(const Args& args);
+
+// Refuses a tokenizer with ids the model has no embedding for (naming DIR's two files).
+void check_tokenizer_vocab(const Tokenizer& tok, const ModelConfig& cfg, const std::string& dir);
 
 // Declares --temperature, --top-p, --top-k, --min-p and --seed with `defaults`.
 void add_sampling_flags(Args& args, const SamplingParams& defaults);

@@ -1,6 +1,7 @@
 #include "core/cpu.h"
 
 #include <cpuid.h>
+#include <unistd.h>
 
 #include <cstring>
 
@@ -77,6 +78,11 @@ std::string CpuFeatures::describe() const {
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = detect();
   return f;
+}
+
+int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+  return pages > 0 && size > 0 ? int64_t(pages) * int64_t(size) : 0;
 }
 
 }  // namespace dspark

@@ -1,6 +1,7 @@
 // CPU features detected once at start-up; kernels are chosen from these at run time.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace dspark {
@@ -20,5 +21,8 @@ struct CpuFeatures {
 };
 
 const CpuFeatures& cpu_features();
+
+// Physical memory of this machine in bytes (0 if unknown).
+int64_t physical_memory_bytes();
 
 }  // namespace dspark

@@ -82,9 +82,11 @@ PagedKvLayer KvCache::layer(int l) const {
   return PagedKvLayer{dtype_, n_kv_heads_, head_dim_, num_blocks_, base, base + layer_bytes_};
 }
 
-int64_t KvCache::bytes_per_token() const {
-  return int64_t(n_layers_) * 2 * n_kv_heads_ * head_dim_ * int64_t(dtype_size(dtype_));
+int64_t KvCache::bytes_per_token(int n_layers, int n_kv_heads, int head_dim, DType dtype) {
+  return int64_t(n_layers) * 2 * n_kv_heads * head_dim * int64_t(dtype_size(dtype));
 }
+
+int64_t KvCache::bytes_per_token() const { return bytes_per_token(n_layers_, n_kv_heads_, head_dim_, dtype_); }
 
 int64_t KvCache::room_for(int seq) const {
   return (int64_t(free_.size()) + int64_t(seq_ref(seq).blocks.size())) * kKvBlock;

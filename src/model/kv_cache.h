@@ -34,6 +34,7 @@ class KvCache {
   // Positions seq could hold at most: its own blocks and every free one.
   int64_t room_for(int seq) const;
   int64_t bytes_per_token() const;  // K and V, all layers
+  static int64_t bytes_per_token(int n_layers, int n_kv_heads, int head_dim, DType dtype);
 
  private:
   struct Seq {

@@ -1,9 +1,9 @@
 #include "runtime/engine.h"
 
-#include <unistd.h>
 #include <algorithm>
 #include <cstring>
 
+#include "core/cpu.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "runtime/context_limit.h"
@@ -21,8 +21,10 @@ Rng position_rng(uint64_t seed, StreamKind kind, int anchor_pos) {
   return Rng(seed, uint64_t(anchor_pos) * 4 + kind);
 }
 
-int64_t physical_memory_bytes() {
-  return int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+// Drafts a round verifies at most: the config's num_speculative_tokens, else the drafter's block.
+int speculation_length(const Drafter* drafter, const SpecConfig& spec) {
+  if (!drafter) return 0;
+  return spec.num_speculative_tokens > 0 ? spec.num_speculative_tokens : drafter->max_draft_tokens();
 }
 
 }  // namespace
@@ -78,14 +80,12 @@ Engine::Engine(const Model& model, const Tokenizer& tok, EngineOptions opt,
   policy_ = own_policy_.get();
   const ModelConfig& c = model.config();
   max_model_len_ = resolve_max_model_len(c, opt_.max_model_len);
-  const int K = drafter_ ? (spec_.num_speculative_tokens > 0 ? spec_.num_speculative_tokens
-                                                             : drafter_->max_draft_tokens())
-                         : 0;
+  const int K = speculation_length(drafter_, spec_);
   int64_t kv_tokens = opt_.kv_tokens;
   if (kv_tokens <= 0) {
     // What fits: every sequence at the full length, within a quarter of the machine's memory.
-    const int64_t per_token = int64_t(c.num_layers) * 2 * c.num_kv_heads * c.head_dim *
-                              int64_t(dtype_size(opt_.kv_dtype));
+    const int64_t per_token =
+        KvCache::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, opt_.kv_dtype);
     const int64_t want = int64_t(opt_.max_num_seqs) * (max_model_len_ + K + kKvBlock);
     const int64_t fits = physical_memory_bytes() / 4 / std::max<int64_t>(per_token, 1);
     kv_tokens = std::max<int64_t>(std::min(want, fits), max_model_len_ + K + kKvBlock);
@@ -115,8 +115,7 @@ Engine::Engine(Forward& fwd, const Tokenizer& tok, EngineOptions opt, Drafter* d
 void Engine::init() {
   if (opt_.max_num_seqs < 1) fail("--max-num-seqs must be >= 1, got ", opt_.max_num_seqs);
   if (drafter_) {
-    if (spec_.num_speculative_tokens <= 0)
-      spec_.num_speculative_tokens = drafter_->max_draft_tokens();
+    spec_.num_speculative_tokens = speculation_length(drafter_, spec_);
     if (spec_.num_speculative_tokens > drafter_->max_draft_tokens())
       fail("speculative config: num_speculative_tokens ", spec_.num_speculative_tokens,
            " is more than the drafter's ", drafter_->max_draft_tokens());
@@ -689,9 +688,7 @@ GenerateResult run_alone(Forward& fwd, const Tokenizer& tok, std::span<const int
   EngineOptions opt;
   opt.max_num_seqs = 1;
   opt.max_model_len = params.max_model_len;
-  const int K = drafter ? (spec && spec->num_speculative_tokens > 0 ? spec->num_speculative_tokens
-                                                                    : drafter->max_draft_tokens())
-                        : 0;
+  const int K = speculation_length(drafter, spec ? *spec : SpecConfig{});
   opt.max_num_batched_tokens = std::max(params.prefill_chunk, K + 1);
   Engine e(fwd, tok, opt, drafter, spec ? *spec : SpecConfig{}, policy);
   e.collect_spec_metrics(metrics);

@@ -1,6 +1,5 @@
 #include "runtime/step_profile.h"
 
-#include <unistd.h>
 
 #include <immintrin.h>
 
@@ -78,7 +77,7 @@ uint64_t read_range(const uint8_t* p, size_t n) {
 int64_t step_profile_bytes(const ModelConfig& c, const StepProfileOptions& opt, int prefill_tokens) {
   auto max_of = [](const std::vector<int>& v) { return v.empty() ? 0 : int64_t(*std::max_element(v.begin(), v.end())); };
   const int64_t max_ctx = max_of(opt.contexts), max_b = max_of(opt.batches), max_t = max_of(opt.tokens);
-  const int64_t kv_token = int64_t(c.num_layers) * 2 * c.kv_dim() * int64_t(dtype_size(opt.kv_dtype));
+  const int64_t kv_token = KvCache::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, opt.kv_dtype);
   // Per batch row: logits, the residual stream and the widest layer activations (f32).
   const int64_t row = 4 * (int64_t(c.vocab_size) + 4 * int64_t(c.hidden_size) + 2 * int64_t(c.intermediate_size) +
                            c.q_dim() + 2 * c.kv_dim());
@@ -94,7 +93,7 @@ void check_step_profile(const ModelConfig& c, const StepProfileOptions& opt, int
       if (x < 1) fail("step profile: contexts, batches and tokens must be >= 1, got ", x);
   if (opt.reps < 1) fail("step profile: reps must be >= 1, got ", opt.reps);
   const int64_t need = step_profile_bytes(c, opt, prefill_tokens);
-  const int64_t have = int64_t(sysconf(_SC_PHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+  const int64_t have = physical_memory_bytes();
   if (have > 0 && need > have * 9 / 10)
     fail("step profile: the largest point needs ", double(need) / double(1 << 30), " GiB of KV cache and activations (",
          "max batch x (max context + max tokens) positions), more than the ", double(have) / double(1 << 30),

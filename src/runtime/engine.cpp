@@ -181,7 +181,7 @@ void Engine::abort(uint64_t handle) {
 
 bool Engine::idle() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return incoming_.empty() && waiting_.empty() && running_.empty();
+  return incoming_.empty() && !has_work_;
 }
 
 EngineMetrics Engine::metrics() const {
@@ -217,7 +217,7 @@ void Engine::drain() {
   accepting_ = false;
   std::unique_lock<std::mutex> lk(mu_);
   if (!thread_.joinable()) return;
-  idle_cv_.wait(lk, [this] { return incoming_.empty() && waiting_.empty() && running_.empty(); });
+  idle_cv_.wait(lk, [this] { return incoming_.empty() && !has_work_; });
 }
 
 void Engine::stop() {
@@ -241,6 +241,7 @@ void Engine::fail_all(const std::string& why) {
     waiting_.clear();
     running_.clear();
     metrics_.num_requests_running = metrics_.num_requests_waiting = 0;
+    has_work_ = false;
   }
   for (auto& s : all) {
     release(*s);
@@ -320,6 +321,7 @@ bool Engine::step() {
   std::vector<uint64_t> aborts;
   {
     std::lock_guard<std::mutex> lk(mu_);
+    if (!incoming_.empty()) has_work_ = true;  // before incoming_ empties: drain() must not see a gap
     for (auto& s : incoming_) waiting_.push_back(std::move(s));
     incoming_.clear();
     aborts.swap(aborts_);
@@ -659,8 +661,9 @@ bool Engine::retire() {
     v->erase(std::remove(v->begin(), v->end(), nullptr), v->end());
   }
   publish_metrics();
-  std::lock_guard<std::mutex> lk(mu_);
   const bool any = !waiting_.empty() || !running_.empty();
+  std::lock_guard<std::mutex> lk(mu_);
+  has_work_ = any;
   if (!any && incoming_.empty()) idle_cv_.notify_all();
   return any;
 }

@@ -149,6 +149,9 @@ class Engine {
   uint64_t next_handle_ = 1;
   std::atomic<bool> accepting_{true};
   bool stopping_ = false;
+  // Whether waiting_ or running_ hold requests: those belong to the loop's thread; other threads
+  // (idle(), drain()) read this copy, which the loop writes under mu_ after each step.
+  bool has_work_ = false;
   std::thread thread_;
 };
 

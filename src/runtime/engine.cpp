@@ -270,11 +270,14 @@ void Engine::release(Seq& s) {
   s.decoding = false;
 }
 
-void Engine::preempt(Seq& s) {
+void Engine::preempt_newest() {
+  Seq& s = *running_.back();
   release(s);
   // Recompute later: everything but the anchor is prefilled again; the anchor stays emitted.
   s.target_len = s.out_tokens.empty() ? s.prompt_len() : s.anchor_pos();
   ++live_.num_preemptions;
+  waiting_.insert(waiting_.begin(), std::move(running_.back()));
+  running_.pop_back();
 }
 
 void Engine::finish(Seq& s, const char* reason) {
@@ -390,11 +393,9 @@ bool Engine::step() {
         0, std::min({K, s.max_tokens - int(s.out_tokens.size()), max_model_len_ - pos - 1}));
     s.want = std::max(0, std::min(s.want, budget - decode_tokens - 1));
     while (kv_->room_for(s.kv_seq) < pos + 1 + s.want) {
-      Seq& victim = *running_.back();
-      preempt(victim);
-      waiting_.insert(waiting_.begin(), std::move(running_.back()));
-      running_.pop_back();
-      if (&victim == &s) break;
+      const bool self = running_.back().get() == &s;
+      preempt_newest();
+      if (self) break;
     }
     if (i >= running_.size()) break;
     kv_->reserve(s.kv_seq, pos + 1 + s.want);
@@ -425,10 +426,12 @@ bool Engine::step() {
     }
     if (!jobs_.empty()) drafter_->propose_batch(jobs_);
     draft_ptrs_.clear();
+    int64_t proposed = 0;
     for (Seq* s : dec) {
-      live_.spec_proposed += int64_t(s->draft.tokens.size());
+      proposed += int64_t(s->draft.tokens.size());
       draft_ptrs_.push_back(&s->draft);
     }
+    live_.spec_proposed += proposed;
     lengths_.assign(dec.size(), 0);
     policy_->set_other_tokens(prefill_tokens);
     policy_->choose(draft_ptrs_, lengths_);
@@ -437,7 +440,7 @@ bool Engine::step() {
     live_.draft_seconds += drafting;
     if (spec_metrics_) {
       spec_metrics_->draft_seconds += drafting;
-      for (Seq* s : dec) spec_metrics_->proposed += int64_t(s->draft.tokens.size());
+      spec_metrics_->proposed += proposed;
     }
     for (size_t r = 0; r < dec.size(); ++r)
       dec[r]->verify_len = std::clamp(lengths_[r], 0, int(dec[r]->draft.tokens.size()));
@@ -451,11 +454,7 @@ bool Engine::step() {
   if (dec.empty() && prefill_tokens == 0) {
     // Nothing fits: only possible when the pool is fragmented by waiting prefills; preempt the
     // newest so the oldest can go on.
-    if (running_.size() > 1) {
-      preempt(*running_.back());
-      waiting_.insert(waiting_.begin(), std::move(running_.back()));
-      running_.pop_back();
-    }
+    if (running_.size() > 1) preempt_newest();
     publish_metrics();
     return true;
   }

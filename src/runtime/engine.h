@@ -108,7 +108,9 @@ class Engine {
   bool emit(Seq& s, int32_t token);
   void finish(Seq& s, const char* reason);
   void release(Seq& s);
-  void preempt(Seq& s);
+  // Frees the most recently admitted running request and puts it first in the queue, to be
+  // recomputed (vLLM's order).
+  void preempt_newest();
   bool retire();
   void publish_metrics();
   void fail_all(const std::string& why);

@@ -1,4 +1,4 @@
-// Benchmark prompts from JSONL, shared by `dspark bench spec` and `dspark bench serve`.
+// Prompts from JSONL, shared by `dspark bench spec`, `dspark bench serve` and `dspark calibrate`.
 #pragma once
 
 #include <string>

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_prompts.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
@@ -63,25 +64,10 @@ int cmd_calibrate(int argc, char** argv) {
   if (!drafter->has_confidence()) fail(drafter_dir, ": the drafter has no confidence head to calibrate");
   const int K = spec.num_speculative_tokens;
 
-  // Prompts.
+  // Prompts (the first turn of each line, as bench spec reads them).
   std::vector<std::string> prompts;
-  {
-    const std::string text = read_text_file(args.str("prompts"));
-    size_t start = 0;
-    while (start < text.size() && (limit <= 0 || int64_t(prompts.size()) < limit)) {
-      size_t end = text.find('\n', start);
-      if (end == std::string::npos) end = text.size();
-      const std::string line = text.substr(start, end - start);
-      start = end + 1;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      auto j = nlohmann::json::parse(line, nullptr, false);
-      if (j.is_discarded()) fail(args.str("prompts"), ": malformed JSON line");
-      if (j.contains("prompt") && j["prompt"].is_string()) prompts.push_back(j["prompt"].get<std::string>());
-      else if (j.contains("turns") && j["turns"].is_array() && !j["turns"].empty()) prompts.push_back(j["turns"][0].get<std::string>());
-      else fail(args.str("prompts"), ": a line has neither \"prompt\" nor \"turns\"");
-    }
-    if (prompts.empty()) fail(args.str("prompts"), ": no prompts");
-  }
+  for (BenchPrompt& p : read_prompts(args.str("prompts"), int(std::min<int64_t>(limit, kFlagIntMax))))
+    prompts.push_back(std::move(p.text));
   gp.stop_token_ids = cfg.eos_token_ids;
   const ChatFormat fmt = detect_chat_format(*tok);
   for (int32_t id : chat_stop_tokens(*tok, fmt)) gp.stop_token_ids.push_back(id);

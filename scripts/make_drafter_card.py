@@ -130,8 +130,8 @@ def main():
                     f"{rep.get('draft_vocab_size', '?')} of {rep.get('target_vocab_size', '?')} ids "
                     "(`dspark drafter reduce-vocab`: the stop tokens, then the ids most frequent in the regenerated "
                     f"responses, which it covers to {100 * rep.get('response_token_coverage', float('nan')):.2f}%). "
-                    "It keeps the full head: greedy rounds score and bias only the draft vocabulary, sampled rounds "
-                    "the full one. This is the drafter committed as models/demo-dspark. Full vocabulary -> draft "
+                    "It keeps the full head in the file; every round, greedy or sampled, scores and biases only the "
+                    "draft vocabulary (before issue 20, sampled rounds used the full one). This is the drafter committed as models/demo-dspark. Full vocabulary -> draft "
                     "vocabulary, means over the domains (drafting round on math at T=0: "
                     f"{dcost['dspark']:.2f} -> {dcost['dspark_vocab']:.2f} target steps):\n\n" + "\n".join(rows))
     sched_md = ""

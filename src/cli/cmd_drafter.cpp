@@ -38,9 +38,9 @@ int reduce_vocab_cmd(int argc, char** argv) {
         "Writes a copy of a drafter with a draft vocabulary of --size target ids (d2t / t2d, as in\n"
         "Speculators' EAGLE-3 checkpoints): the target's stop tokens, then the ids most frequent in\n"
         "the responses of its training data (then in its prompts). A DSpark / DFlash drafter keeps\n"
-        "its full head: greedy rounds draft over the draft vocabulary (cheaper logits and Markov\n"
-        "bias), sampled rounds over the full one, whose tail their acceptance also needs. With\n"
-        "--reduced-head (and always for EAGLE-3) every round drafts over the draft vocabulary.\n"
+        "its full head in the file, but every round, greedy or sampled, drafts over the draft\n"
+        "vocabulary (cheaper logits and Markov bias; sampled drafts have q = 0 outside it). With\n"
+        "--reduced-head (and always for EAGLE-3) the file keeps only the draft vocabulary's rows.\n"
         "Verification is unchanged, so outputs keep the target's distribution exactly.");
     return 0;
   }

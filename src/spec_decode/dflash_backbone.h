@@ -37,12 +37,12 @@ class DflashBackbone {
   int target_vocab() const { return target_vocab_; }
   bool has_full_head() const { return full_head_ != nullptr; }
   bool has_draft_vocab() const { return draft_head_ != nullptr; }
-  // Whether a round drafts over the draft vocabulary: always when only it exists, else for
-  // greedy drafts (the argmax needs only the tokens the target's answers use; a sampled round's
-  // acceptance also rides on the tail of q, so it keeps the full vocabulary).
-  bool drafts_over_draft_vocab(const DraftSampling& ds) const {
-    return draft_head_ && (!full_head_ || !ds.dense_q());
-  }
+  // Whether a round drafts over the draft vocabulary: whenever there is one, greedy or sampled.
+  // A sampled round's q is then zero outside it, and verification stays exact: a rejection
+  // samples from the residual max(p - q, 0), which holds every token the drafter cannot propose
+  // (docs/speculative.md, "Draft vocabulary"). The full head, when the checkpoint keeps it, is
+  // not used for drafting.
+  bool drafts_over_draft_vocab(const DraftSampling&) const { return draft_head_ != nullptr; }
   // The head of the draft vocabulary (draft_vocab true) or of the target's; its rows are the
   // logits.
   const WeightMatrix& head(bool draft_vocab) const {

@@ -31,7 +31,7 @@ std::vector<uint8_t> drafter_head_mask(const std::string& dir, int target_vocab)
 // ids, ascending, each scored by its head): d2t / t2d and config.json's draft_vocab_size describe
 // it; the other tensors, the rest of config.json and the directory's other files are copied.
 // A DSpark / DFlash drafter keeps its full head, from which the engine copies the kept rows at
-// load: greedy rounds draft over the draft vocabulary, sampled rounds over the full one. With
+// load: every round, greedy or sampled, drafts over the draft vocabulary. With
 // `reduced_head`, and always for EAGLE-3 or a head that holds only a draft vocabulary already,
 // lm_head.weight (the drafter's own rows, or the target's head when it has none) and DSpark's
 // markov_head.markov_w2.weight keep only the kept rows, and every round drafts over them.

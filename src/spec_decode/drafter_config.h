@@ -25,9 +25,9 @@ struct DrafterConfig {
   std::vector<float> sts_temperatures;  // per-position confidence temperatures (calibration)
   int draft_vocab_size = 0;        // a reduced draft vocabulary (d2t / t2d tensors); 0: the target's
   // DSpark / DFlash with a draft vocabulary: whether the checkpoint keeps the full-vocabulary head
-  // (no lm_head of its own, or one of the target's rows), so that greedy rounds draft over the draft
-  // vocabulary and sampled rounds over the full one; false when its head holds only the draft
-  // vocabulary (every round drafts over it, as EAGLE-3 always does). Set by draft_vocab_map.
+  // (no lm_head of its own, or one of the target's rows; the draft vocabulary's rows are copied
+  // from it at load); false when its head holds only the draft vocabulary. Either way every round
+  // drafts over the draft vocabulary. Set by draft_vocab_map.
   bool keeps_full_head = true;
   bool norm_before_residual = true;   // EAGLE-3
   int speculative_tokens = 0;      // the drafter's own default (0: none)

@@ -136,6 +136,30 @@ VerifyResult verify_token_level_without_residual(const VerifyInput& in, const Ve
   r.next_token = sample_dense(p_row(in, l), in.vocab, *rng.residual);
   return r;
 }
+
+VerifyResult verify_token_level_residual_within_draft_support(const VerifyInput& in, const VerifyRng& rng) {
+  VerifyResult r;
+  const int l = int(in.draft.size());
+  thread_local std::vector<float> cut;
+  for (int i = 0; i < l; ++i) {
+    const int32_t x = in.draft[size_t(i)];
+    const double pv = p_row(in, i)[x], qv = q_at(in, i, x);
+    if (qv > 0 && uniform_open(*rng.accept) * qv <= pv) {
+      ++r.accepted;
+      continue;
+    }
+    const float* p = p_row(in, i);
+    const float* q = q_row(in, i);
+    cut.assign(p, p + in.vocab);
+    if (q)
+      for (int v = 0; v < in.vocab; ++v)
+        if (q[v] <= 0) cut[size_t(v)] = 0;  // the bug: tokens the drafter cannot propose are dropped
+    r.next_token = sample_residual(cut.data(), q, x, 1.0, in.vocab, *rng.residual);
+    return r;
+  }
+  r.next_token = sample_dense(p_row(in, l), in.vocab, *rng.residual);
+  return r;
+}
 }  // namespace testing
 
 }  // namespace dspark

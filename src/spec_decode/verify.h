@@ -57,6 +57,9 @@ void set_verifier_override(VerifyFn fn);
 // A deliberately wrong verifier for tests: token-level, but rejected positions resample from
 // p instead of the residual. Tests must show it is biased.
 VerifyResult verify_token_level_without_residual(const VerifyInput& in, const VerifyRng& rng);
+// Another: token-level, but the residual is cut to the tokens where q > 0 (what a drafter over a
+// draft vocabulary can propose), so tokens outside it are never sampled after a rejection.
+VerifyResult verify_token_level_residual_within_draft_support(const VerifyInput& in, const VerifyRng& rng);
 }  // namespace testing
 
 }  // namespace dspark

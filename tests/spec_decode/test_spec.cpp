@@ -353,10 +353,10 @@ TEST(Int8Drafter, ProposalsStayCloseToTheBf16Drafters) {
 }
 
 // A drafter with a draft vocabulary is the full one restricted to the kept ids: its greedy pick
-// is the full drafter's best kept id, and, when its head holds only those ids, its sampled q is
-// the full q renormalised over them (zero elsewhere); when it keeps the full head, sampled rounds
-// are the full drafter's. Checked on the first draft (every draft for DFlash, whose drafts do not
-// depend on each other).
+// is the full drafter's best kept id, and its sampled q is the full q renormalised over them
+// (zero elsewhere), whether its checkpoint holds only those rows of the head or keeps the whole
+// head too. Checked on the first draft (every draft for DFlash, whose drafts do not depend on
+// each other).
 TEST(DraftVocab, ReducedDrafterIsTheFullOneRestricted) {
   Harness h("vocab", 300, 5, 0.3f);
   const int V = h.cfg.vocab_size;
@@ -366,7 +366,7 @@ TEST(DraftVocab, ReducedDrafterIsTheFullOneRestricted) {
     for (const std::string suffix : {"-reduced", "-reduced-head"}) {
       if (base == "eagle3" && suffix == "-reduced-head") continue;  // the same form
       const std::string kind = base + suffix;
-      const bool whole_head = suffix == "-reduced" && base != "eagle3";
+      const bool whole_head = suffix == "-reduced" && base != "eagle3";  // the checkpoint keeps it
       DrafterSpec s;
       s.std = 0.5f;
       const std::string full_dir = h.drafter(base, s), reduced_dir = h.drafter(kind, s);
@@ -389,13 +389,11 @@ TEST(DraftVocab, ReducedDrafterIsTheFullOneRestricted) {
         ASSERT_GT(mass, 0.05) << kind;
         double worst = 0;
         for (int v = 0; v < V; ++v) {
-          const double want = whole_head ? fq.q_row(r)[v] : kept[size_t(v)] ? fq.q_row(r)[v] / mass : 0.0;
+          const double want = kept[size_t(v)] ? fq.q_row(r)[v] / mass : 0.0;
           worst = std::max(worst, std::abs(double(rq.q_row(r)[v]) - want));
         }
         EXPECT_LT(worst, 1e-5) << kind << " draft " << r;
-        if (!whole_head) {
-          EXPECT_TRUE(kept[size_t(rq.tokens[size_t(r)])]) << kind << ": drew id " << rq.tokens[size_t(r)];
-        }
+        EXPECT_TRUE(kept[size_t(rq.tokens[size_t(r)])]) << kind << ": drew id " << rq.tokens[size_t(r)];
       }
       const Draft fg = propose_once(h, *full, prompt, 7, 3, false), rg = propose_once(h, *reduced, prompt, 7, 3, false);
       for (int r = 0; r < rows; ++r) {
@@ -680,6 +678,12 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
   cases.push_back({"dspark-reduced-head", true, true, 0});
   cases.push_back({"dspark-reduced-head", true, false, 0.45f});
   cases.push_back({"dflash-reduced-head", true, true, 0});
+  // Draft vocabularies whose checkpoints keep the full head: sampled rounds draft over the
+  // draft vocabulary too (q is zero outside it; the residual covers those tokens).
+  cases.push_back({"dspark-reduced", true, true, 0});
+  cases.push_back({"dspark-reduced", true, false, 0});
+  cases.push_back({"dspark-reduced", true, true, 0, true});
+  cases.push_back({"dflash-reduced", true, false, 0});
   cases.push_back({"ngram", false, true, 0});
   if (gemm_backend() == GemmBackend::Avx512Bf16) {  // drafters with int8 weights (bf16 drafter, f32 target)
     cases.push_back({"dspark", true, true, 0, false, true});
@@ -728,6 +732,31 @@ TEST(SpecLossless, BrokenVerifierFailsTheSameTest) {
   const ChiSquare cs = sampled_fit(h, *drafter, sc, full, sp, exact, 3, 9000);
   set_verifier_override(nullptr);
   EXPECT_LT(cs.p_value, 0.001) << "a verifier that skips the residual went undetected: chi2 " << cs.statistic;
+}
+
+// A verifier whose rejections resample only among the tokens the drafter could propose (the
+// residual cut to q's support): it never emits a token outside a draft vocabulary after a
+// rejection, so the test above must catch it on a drafter that has one.
+TEST(SpecLossless, ResidualCutToTheDraftVocabularyFails) {
+  Harness h("broken_vocab", 6, 21, 0.5f);
+  SamplingParams sp;
+  sp.temperature = 0.9f;
+  sp.top_k = 5;
+  const auto exact = exact_joint(*h.target, {1, 4, 2}, sp, 3);
+  DrafterSpec s;
+  s.std = 0.6f;
+  const std::string dir = h.drafter("dspark-reduced", s);
+  SpecConfig sc = config_for("dspark-reduced", dir, 3, true, false, 0);
+  auto drafter = load_drafter(sc, *h.target, DType::F32);
+  FullBlockPolicy full;
+  SpecMetrics right_m, broken_m;
+  const ChiSquare right = sampled_fit(h, *drafter, sc, full, sp, exact, 3, 9000, &right_m);
+  EXPECT_GT(right.p_value, 0.001) << "the correct verifier on the same drafter: chi2 " << right.statistic;
+  set_verifier_override(&verify_token_level_residual_within_draft_support);
+  const ChiSquare cs = sampled_fit(h, *drafter, sc, full, sp, exact, 3, 9000, &broken_m);
+  set_verifier_override(nullptr);
+  EXPECT_LT(cs.p_value, 0.001) << "a residual cut to the draft vocabulary went undetected: chi2 " << cs.statistic;
+  EXPECT_LT(right_m.accepted, right_m.drafted) << "no rejection, so the residual was never sampled";
 }
 
 // ---------------------------------------------------------------- Appendix A

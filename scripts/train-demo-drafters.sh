@@ -10,6 +10,7 @@
 #     defaults: build/demo-drafters, models/demo, build/demo-target/corpus
 #
 # Every stage resumes or reuses complete output. Environment: PROMPTS (regenerated prompts, 24000),
+# MIX_PROMPTS (prompts built, 40000), EXCLUDE (evaluation sets the prompts are checked against),
 # METHODS ("dspark dflash eagle3"), BENCH_PROMPTS (per domain, 20), STEPS (optimizer steps of DSpark
 # and DFlash, 800), EAGLE3_STEPS (260: at two layers an unrolled EAGLE-3 step costs about 4x a
 # DSpark step on this data, 5.6 s against 1.4-1.6 s, so 260 of them take at least the training
@@ -24,6 +25,7 @@ TARGET=${2:-models/demo}
 CORPUS=${3:-build/demo-target/corpus}
 BIN=${BIN:-build}
 PROMPTS=${PROMPTS:-24000}
+MIX_PROMPTS=${MIX_PROMPTS:-40000}
 STEPS=${STEPS:-800}
 EAGLE3_STEPS=${EAGLE3_STEPS:-260}
 ANCHORS=${ANCHORS:-64}
@@ -37,9 +39,18 @@ BENCH_PROMPTS=${BENCH_PROMPTS:-20}
 VOCAB=${VOCAB:-2048}
 mkdir -p "$WORK"
 
-# 1. The target answers the corpus' training instructions (T 0.7, top-p 0.8, top-k 20): PROMPTS of them
-#    spread evenly over the split, which the corpus writes grouped by kind.
-"$BIN/dspark" datagen regenerate --model "$TARGET" --corpus "$CORPUS" --split train --sample "$PROMPTS" \
+# 1. Regeneration prompts of every kind a chat model gets (datagen prompts: manual sections to
+#    summarize or question, words, translation both ways, code to explain / test / fix, word
+#    problems in several phrasings, open writing, two-turn chats, and the corpus' own instruction
+#    turns), built from the corpus' train split and checked against the evaluation sets when they
+#    are there; then the target answers PROMPTS of them (T 0.7, top-p 0.8, top-k 20). The file is
+#    shuffled, so any prefix is a mix: a smaller PROMPTS answers its first PROMPTS.
+EXCLUDE=${EXCLUDE:-../shared/data/spec_bench.jsonl,../shared/data/mt_bench.jsonl}
+exclude=()
+[ -f "${EXCLUDE%%,*}" ] && exclude=(--exclude "$EXCLUDE")
+[ -f "$WORK/prompts.jsonl" ] || "$BIN/dspark" datagen prompts --corpus "$CORPUS" --count "$MIX_PROMPTS" --seed 1 \
+  "${exclude[@]}" --out "$WORK/prompts.jsonl"
+"$BIN/dspark" datagen regenerate --model "$TARGET" --prompts "$WORK/prompts.jsonl" --limit "$PROMPTS" \
   --out "$WORK/regen.jsonl" --max-tokens 256
 # 2. Its hidden states at the drafters' target layers.
 "$BIN/dspark" datagen hidden --model "$TARGET" --data "$WORK/regen.jsonl" --layers "$TAPS" --out "$WORK/hidden"

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -13,6 +15,8 @@
 #include "core/error.h"
 #include "datagen/hidden.h"
 #include "datagen/hidden_dataset.h"
+#include "datagen/ngram_overlap.h"
+#include "datagen/prompt_mix.h"
 #include "datagen/prompts.h"
 #include "datagen/regenerate.h"
 #include "spec_decode/drafter_config.h"
@@ -155,11 +159,123 @@ int hidden_cmd(int argc, char** argv) {
   return 0;
 }
 
+
+// A training prompt that shares an n-gram of this many words with an evaluation set is a copy.
+constexpr const char* kDefaultNgram = "8";
+
+datagen::NgramIndex eval_index(const Args& args, const std::string& flag) {
+  datagen::NgramIndex index(int(args.integer("ngram", 3, 64)));
+  for (const std::string& v : args.list(flag))  // comma-separated, the flag repeatable
+    for (size_t a = 0; a <= v.size();) {
+      const size_t b = std::min(v.find(',', a), v.size());
+      if (b > a) datagen::add_eval_file(index, v.substr(a, b - a));
+      a = b + 1;
+    }
+  return index;
+}
+
+int prompts_cmd(int argc, char** argv) {
+  Args args;
+  args.flag("corpus", "corpus directory (dspark corpus build): its train split is read")
+      .flag("count", "prompts to write")
+      .flag("seed", "seed of the mix", true, "1")
+      .flag("out", "output JSONL ({\"kind\", \"prompt\"} or {\"kind\", \"turns\"} per line)")
+      .flag("exclude", "comma-separated evaluation JSONL files: a prompt sharing an n-gram with them is "
+                       "dropped and rebuilt (e.g. ../shared/data/spec_bench.jsonl,../shared/data/mt_bench.jsonl)")
+      .flag("ngram", "words per n-gram for --exclude", true, kDefaultNgram);
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::string kinds;
+    for (const auto& k : datagen::prompt_mix_kinds())
+      kinds += "  " + k.name + std::string(20 - std::min<size_t>(19, k.name.size()), ' ') +
+               std::to_string(int(k.weight * 100 + 0.5)) + "%  " + k.what + "\n";
+    std::cout << args.usage("datagen prompts",
+                            "Builds regeneration prompts of every kind a chat model gets from a corpus' train\n"
+                            "split, shuffled so that any prefix is a mix; deterministic for a corpus, count\n"
+                            "and seed. Feed the file to `datagen regenerate --prompts`. Kinds:\n" + kinds);
+    return 0;
+  }
+  const int64_t count = args.integer("count", 1, kFlagInt64Max);
+  const uint64_t seed = uint64_t(args.integer("seed", 0, kFlagInt64Max));
+  const std::string out = args.str("out");
+  std::vector<datagen::MixedPrompt> mix = datagen::build_prompt_mix(args.str("corpus"), count, seed);
+  int64_t dropped = 0;
+  if (args.opt("exclude")) {
+    const datagen::NgramIndex index = eval_index(args, "exclude");
+    // A copy is replaced by a prompt of a later seed, so the count holds and the file stays
+    // deterministic.
+    std::vector<datagen::MixedPrompt> spare;
+    uint64_t spare_seed = seed;
+    for (auto& p : mix) {
+      const auto hit = [&](const datagen::MixedPrompt& q) {
+        for (const std::string& t : q.prompt.turns)
+          if (index.find(t, nullptr, nullptr)) return true;
+        return false;
+      };
+      while (hit(p)) {
+        ++dropped;
+        for (;;) {
+          if (spare.empty()) spare = datagen::build_prompt_mix(args.str("corpus"), 64, ++spare_seed + (uint64_t(1) << 40));
+          datagen::MixedPrompt q = std::move(spare.back());
+          spare.pop_back();
+          if (q.kind != p.kind) continue;
+          q.prompt.id = p.prompt.id;
+          p = std::move(q);
+          break;
+        }
+      }
+    }
+  }
+  std::ofstream f(out, std::ios::binary | std::ios::trunc);
+  if (!f) fail(out, ": cannot be written (--out)");
+  for (const auto& p : mix) f << datagen::prompt_mix_line(p) << '\n';
+  f.close();
+  if (!f) fail(out, ": write failed (--out)");
+  std::map<std::string, int64_t> per_kind;
+  for (const auto& p : mix) ++per_kind[p.kind];
+  std::printf("prompts: %lld written to %s (%lld replaced for sharing an n-gram with --exclude)\n",
+              (long long)mix.size(), out.c_str(), (long long)dropped);
+  for (const auto& [k, n] : per_kind) std::printf("  %-20s %lld\n", k.c_str(), (long long)n);
+  return 0;
+}
+
+int overlap_cmd(int argc, char** argv) {
+  Args args;
+  args.flag("prompts", "training prompts JSONL ({\"prompt\"} / {\"turns\"} records)")
+      .flag("against", "comma-separated evaluation JSONL files (every string field is indexed)")
+      .flag("ngram", "words per n-gram", true, kDefaultNgram)
+      .flag("show", "overlapping prompts to print at most", true, "10");
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage("datagen overlap",
+                            "Exit status 1 when a training prompt shares an n-gram of --ngram words\n"
+                            "(lower-cased, punctuation ignored) with the evaluation sets; 0 when none does.");
+    return 0;
+  }
+  const datagen::NgramIndex index = eval_index(args, "against");
+  const auto prompts = datagen::load_prompt_file(args.str("prompts"));
+  const int64_t show = args.integer("show", 0, kFlagInt64Max);
+  int64_t hits = 0;
+  for (const auto& p : prompts)
+    for (const std::string& t : p.turns) {
+      std::string gram, label;
+      if (!index.find(t, &gram, &label)) continue;
+      if (hits++ < show)
+        std::printf("prompt %lld shares \"%s\" with %s\n", (long long)p.id, gram.c_str(), label.c_str());
+      break;
+    }
+  std::printf("overlap: %lld of %lld prompts share a %d-word n-gram with %zu indexed n-grams\n",
+              (long long)hits, (long long)prompts.size(), index.n(), index.size());
+  return hits ? 1 : 0;
+}
+
 }  // namespace
 
 int cmd_datagen(int argc, char** argv) {
   const char* usage =
-      "usage: dspark datagen <regenerate|hidden> [flags]   (--help after each for its flags)\n\n"
+      "usage: dspark datagen <prompts|overlap|regenerate|hidden> [flags]   (--help after each for its flags)\n\n"
+      "  prompts     regeneration prompts of every kind a chat model gets, from a corpus' train split\n"
+      "  overlap     exit 1 when training prompts share a long n-gram with evaluation sets\n"
       "  regenerate  the target answers prompts (batched sampling) -> JSONL of input_ids / loss_mask\n"
       "  hidden      the target's hidden states for those sequences -> safetensors samples + manifest\n";
   if (argc < 1 || !std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h")) {
@@ -167,6 +283,8 @@ int cmd_datagen(int argc, char** argv) {
     return argc < 1 ? 2 : 0;
   }
   const std::string sub = argv[0];
+  if (sub == "prompts") return prompts_cmd(argc - 1, argv + 1);
+  if (sub == "overlap") return overlap_cmd(argc - 1, argv + 1);
   if (sub == "regenerate") return regenerate_cmd(argc - 1, argv + 1);
   if (sub == "hidden") return hidden_cmd(argc - 1, argv + 1);
   std::fprintf(stderr, "dspark datagen: unknown subcommand '%s'\n\n%s", sub.c_str(), usage);

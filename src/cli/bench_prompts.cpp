@@ -1,5 +1,6 @@
 #include "cli/bench_prompts.h"
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -25,6 +26,7 @@ std::vector<BenchPrompt> read_prompts(const std::string& path, int limit) {
         j["turns"][0].is_string()) {
       p.text = j["turns"][0].get<std::string>();
       p.category = j.value("category", std::string("all"));
+      if (j.contains("question_id")) p.question_id = j["question_id"];
     } else if (j.contains("prompt") && j["prompt"].is_string()) {
       p.text = j["prompt"].get<std::string>();
       p.category = j.value("domain", j.value("category", std::string("all")));
@@ -34,6 +36,15 @@ std::vector<BenchPrompt> read_prompts(const std::string& path, int limit) {
     out.push_back(std::move(p));
   }
   if (out.empty()) fail(path, ": no prompts");
+  return out;
+}
+
+std::vector<BenchPrompt> first_per_category(std::vector<BenchPrompt> prompts, int per_category) {
+  if (per_category <= 0) return prompts;
+  std::map<std::string, int> taken;
+  std::vector<BenchPrompt> out;
+  for (BenchPrompt& p : prompts)
+    if (taken[p.category]++ < per_category) out.push_back(std::move(p));
   return out;
 }
 

@@ -9,6 +9,7 @@
 
 #include "cli/bench_prompts.h"
 #include "cli/bench_serve.h"
+#include "cli/bench_spec_report.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/cpu.h"
@@ -171,7 +172,12 @@ int bench_spec(int argc, char** argv) {
   args.flag("model", "target model directory")
       .flag("speculative-config", "vLLM-style speculative config JSON")
       .flag("prompts", "JSONL prompts (MT-Bench / Spec-Bench format, or dspark corpus prompts)")
-      .flag("limit", "use the first K prompts (0: all)", true, "0")
+      .flag("per-category", "use the first N prompts of each category, in file order (0: all)",
+            true, "0")
+      .flag("limit",
+            "use the first K prompts (0: all); with --per-category, the first K of its selection",
+            true, "0")
+      .flag("outputs", "write one JSONL line per prompt: both texts and tokens, identical, rounds")
       .flag("raw", "use the prompt text as is, without the chat template", false)
       .flag("json", "print JSON", false);
   add_length_flags(args, "128");
@@ -179,10 +185,17 @@ int bench_spec(int argc, char** argv) {
   add_runtime_flags(args);
   args.parse(argc, argv);
   if (args.help_requested()) {
-    std::cout << args.usage("bench spec",
-                            "Runs every prompt twice in the same run, plain and speculative, and reports acceptance,\n"
-                            "tok/s and speedup, split by category; also the cost of a drafting round relative to\n"
-                            "a target step, and how many outputs are token-identical.");
+    std::cout << args.usage(
+        "bench spec",
+        "Runs every prompt twice in the same run, plain and speculative, and reports, per "
+        "category\n"
+        "and over the run (the mean over categories and every prompt pooled): tok/s each way,\n"
+        "speedup, tokens per round, drafts verified per round, and how many outputs are\n"
+        "token-identical (at T = 0; n/a when sampling); then the histogram of the verification\n"
+        "lengths chosen (0..K) and the cost of a drafting round relative to a target step.\n"
+        "--per-category N selects the first N prompts of every category (Spec-Bench: 13, "
+        "MT-Bench:\n"
+        "8); --limit K is applied after it, keeping the first K selected prompts in file order.");
     return 0;
   }
   const DType dtype = apply_runtime_flags(args);
@@ -191,13 +204,26 @@ int bench_spec(int argc, char** argv) {
   length_from_flags(args, gp);
   gp.sampling = sampling_from_flags(args);
   const int limit = int(args.integer("limit", 0, kFlagIntMax));
+  const int per_category = int(args.integer("per-category", 0, kFlagIntMax));
+  // Opened before any work, so that an unwritable path is refused at once.
+  std::optional<SpecOutputsFile> outputs;
+  if (auto path = args.opt("outputs")) {
+    if (path->empty()) fail("flag --outputs: expects a file path");
+    outputs.emplace(*path);
+  }
+  std::vector<BenchPrompt> prompts;
+  if (per_category > 0) {
+    prompts = first_per_category(read_prompts(args.str("prompts"), 0), per_category);
+    if (limit > 0 && int(prompts.size()) > limit) prompts.resize(size_t(limit));
+  } else {
+    prompts = read_prompts(args.str("prompts"), limit);
+  }
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, LoadOptions{dtype});
   const ModelConfig& cfg = model->config();
   SpecConfig spec = SpecConfig::parse(args.str("speculative-config"));
   auto drafter = load_drafter(spec, *model, dtype);
   auto policy = make_verify_policy(spec, *model, dtype);
-  auto prompts = read_prompts(args.str("prompts"), limit);
   gp.stop_token_ids = cfg.eos_token_ids;
   const bool raw = args.on("raw");
   std::optional<ChatFormat> fmt;
@@ -208,17 +234,21 @@ int bench_spec(int argc, char** argv) {
   KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype, 1 << 16);
   Forward fwd(*model, kv);
 
-  struct Totals {
-    int prompts = 0, identical = 0;
-    int64_t plain_tokens = 0, spec_tokens = 0;
-    double plain_s = 0, spec_s = 0;
-    SpecMetrics m;
-  };
-  std::map<std::string, Totals> by_cat;
-  Totals all;
+  SpecBenchSetup setup;
+  setup.model = dir;
+  setup.method = spec_method_name(spec.method);
+  setup.num_speculative_tokens = spec.num_speculative_tokens;
+  setup.temperature = gp.sampling.temperature;
+  setup.sampled = !gp.sampling.greedy();
+  setup.verify_lengths = spec.adaptive_verification      ? "adaptive (prefix scheduler)"
+                         : spec.confidence_threshold > 0 ? "confidence threshold"
+                                                         : "full block";
+  setup.dtype = dtype_name(dtype);
+  setup.max_tokens = gp.max_tokens;
   const bool json = args.on("json");
   auto encode = [&](const std::string& text) {
-    return raw ? tok->encode(text, true) : tok->encode(apply_chat_template(*fmt, {{"user", text}}, true));
+    return raw ? tok->encode(text, true)
+               : tok->encode(apply_chat_template(*fmt, {{"user", text}}, true));
   };
   // Every prompt is encoded and checked against the length limit before any work.
   std::vector<std::vector<int32_t>> encoded;
@@ -241,74 +271,42 @@ int bench_spec(int argc, char** argv) {
     wp.max_tokens = std::min(gp.max_tokens, 32);
     for (int side = 0; side < 2; ++side) {
       SpecMetrics m;
-      if (side == 0) generate(fwd, *tok, ids, wp);
-      else spec_generate(fwd, *tok, ids, wp, *drafter, spec, *policy, m);
+      if (side == 0)
+        generate(fwd, *tok, ids, wp);
+      else
+        spec_generate(fwd, *tok, ids, wp, *drafter, spec, *policy, m);
     }
   }
+  std::vector<SpecPromptRun> runs(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const auto& p = prompts[i];
-    const std::vector<int32_t>& ids = encoded[i];
-    GenerateResult plain = generate(fwd, *tok, ids, gp);
-    SpecMetrics m;
-    GenerateResult sp = spec_generate(fwd, *tok, ids, gp, *drafter, spec, *policy, m);
-    for (Totals* t : {&by_cat[p.category], &all}) {
-      t->prompts++;
-      t->identical += plain.tokens == sp.tokens;
-      t->plain_tokens += int64_t(plain.tokens.size());
-      t->spec_tokens += int64_t(sp.tokens.size());
-      t->plain_s += plain.decode_seconds;
-      t->spec_s += sp.decode_seconds;
-      t->m.merge(m);
-    }
+    SpecPromptRun& r = runs[i];
+    r.prompt = &prompts[i];
+    GenerateResult plain = generate(fwd, *tok, encoded[i], gp);
+    GenerateResult sp =
+        spec_generate(fwd, *tok, encoded[i], gp, *drafter, spec, *policy, r.metrics);
+    r.plain_tokens = std::move(plain.tokens);
+    r.spec_tokens = std::move(sp.tokens);
+    r.plain_text = std::move(plain.text);
+    r.spec_text = std::move(sp.text);
+    r.plain_seconds = plain.decode_seconds;
+    r.spec_seconds = sp.decode_seconds;
+    if (outputs) outputs->write(r, setup);
     if (!json)
-      std::fprintf(stderr, "[%zu/%zu] %-14s plain %6.1f tok/s  spec %6.1f tok/s  %.2f tokens/round\n", i + 1, prompts.size(),
-                   p.category.c_str(), plain.tokens.size() / std::max(plain.decode_seconds, 1e-9),
-                   sp.tokens.size() / std::max(sp.decode_seconds, 1e-9), m.mean_accepted_length());
+      std::fprintf(stderr,
+                   "[%zu/%zu] %-14s plain %6.1f tok/s  spec %6.1f tok/s  %.2f tokens/round  %.2f "
+                   "verified/round\n",
+                   i + 1, prompts.size(), r.prompt->category.c_str(),
+                   r.plain_tokens.size() / std::max(r.plain_seconds, 1e-9),
+                   r.spec_tokens.size() / std::max(r.spec_seconds, 1e-9),
+                   r.metrics.mean_accepted_length(),
+                   r.metrics.rounds ? double(r.metrics.drafted) / double(r.metrics.rounds) : 0.0);
   }
-  auto summary = [&](const Totals& t) {
-    const double plain_tps = t.plain_tokens / std::max(t.plain_s, 1e-9), spec_tps = t.spec_tokens / std::max(t.spec_s, 1e-9);
-    const double step_ms = 1e3 * t.plain_s / std::max<int64_t>(t.plain_tokens, 1);
-    const double draft_ms = 1e3 * t.m.draft_seconds / std::max<int64_t>(t.m.rounds, 1);
-    nlohmann::json j = t.m.to_json();
-    j["prompts"] = t.prompts;
-    j["identical_outputs"] = t.identical;
-    j["plain_tok_s"] = plain_tps;
-    j["spec_tok_s"] = spec_tps;
-    j["speedup"] = spec_tps / std::max(plain_tps, 1e-9);
-    j["target_step_ms"] = step_ms;
-    j["draft_ms_per_round"] = draft_ms;
-    j["draft_cost_vs_target_step"] = draft_ms / std::max(step_ms, 1e-9);
-    return j;
-  };
-  nlohmann::json out;
-  out["model"] = dir;
-  out["method"] = spec_method_name(spec.method);
-  out["num_speculative_tokens"] = spec.num_speculative_tokens;
-  out["temperature"] = gp.sampling.temperature;
-  out["verify_lengths"] = spec.adaptive_verification ? "adaptive (prefix scheduler)"
-                          : spec.confidence_threshold > 0 ? "confidence threshold"
-                                                          : "full block";
-  out["dtype"] = dtype_name(dtype);
-  out["max_tokens"] = gp.max_tokens;
-  out["all"] = summary(all);
-  for (const auto& [cat, t] : by_cat) out["categories"][cat] = summary(t);
-  if (json) {
+  if (outputs) outputs->close();
+  const nlohmann::json out = spec_bench_report(runs, setup);
+  if (json)
     std::cout << out.dump(2) << "\n";
-    return 0;
-  }
-  std::printf("%-16s %7s %10s %10s %8s %10s %9s\n", "category", "prompts", "plain t/s", "spec t/s", "speedup",
-              "tok/round", "identical");
-  auto row = [](const std::string& name, const nlohmann::json& j) {
-    std::printf("%-16s %7d %10.1f %10.1f %7.2fx %10.2f %6d/%-3d\n", name.c_str(), j["prompts"].get<int>(),
-                j["plain_tok_s"].get<double>(), j["spec_tok_s"].get<double>(), j["speedup"].get<double>(),
-                j["mean_accepted_length"].get<double>(), j["identical_outputs"].get<int>(), j["prompts"].get<int>());
-  };
-  for (const auto& [cat, j] : out["categories"].items()) row(cat, j);
-  row("all", out["all"]);
-  std::printf("drafting round %.2f ms = %.2fx a target step (%.2f ms)\n", out["all"]["draft_ms_per_round"].get<double>(),
-              out["all"]["draft_cost_vs_target_step"].get<double>(), out["all"]["target_step_ms"].get<double>());
-  std::printf("drafts verified per round %.2f of %d proposed (%s)\n", out["all"]["mean_verified_drafts"].get<double>(),
-              spec.num_speculative_tokens, out["verify_lengths"].get<std::string>().c_str());
+  else
+    print_spec_bench_report(out, stdout);
   return 0;
 }
 

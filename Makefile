@@ -23,6 +23,9 @@ $(BUILD)/demo-model/config.json: | build
 	$(BUILD)/dspark model init --shape tiny-qwen3 --out $(BUILD)/demo-model --std 0.3
 
 DEMO_DRAFTER ?= models/demo-dspark
+# Out-of-domain prompts for the demo's second line (never copied into the repository).
+SPEC_BENCH ?= ../shared/data/spec_bench.jsonl
+SPEC_BENCH_PER_CATEGORY ?= 2
 # The drafter's weights in int8 where the CPU has AVX512-BF16 (the kernels that read them); the
 # target stays bf16, so the output is the same (docs/speculative.md, "int8 drafter weights").
 comma := ,
@@ -46,6 +49,13 @@ ifneq ($(wildcard $(DEMO_DRAFTER)/config.json),)
 	@echo; echo "== the same with the prefix scheduler (enable_adaptive_verification) =="
 	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC_SCHED)' \
 	  --prompts $(DEMO_DRAFTER)/math_prompts.jsonl --max-tokens 128
+ifneq ($(wildcard $(SPEC_BENCH)),)
+	@echo; echo "== out of domain: Spec-Bench, $(SPEC_BENCH_PER_CATEGORY) prompts of each of its 13 categories, with the prefix scheduler =="
+	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC_SCHED)' \
+	  --prompts $(SPEC_BENCH) --per-category $(SPEC_BENCH_PER_CATEGORY) --max-tokens 64
+else
+	@echo; echo "== Spec-Bench skipped: $(SPEC_BENCH) is not there (set SPEC_BENCH=path/to/spec_bench.jsonl) =="
+endif
 endif
 
 clean:

@@ -12,7 +12,6 @@ acceptance that no draft can win back.
 import argparse, json, struct, subprocess, sys
 from collections import defaultdict
 
-import numpy as np
 
 
 def draft_ids(drafter):
@@ -27,8 +26,9 @@ def draft_ids(drafter):
             sys.exit(f"{path}: d2t is {info['dtype']}, expected I64")
         s, e = info["data_offsets"]
         f.seek(8 + n + s)
-        d2t = np.frombuffer(f.read(e - s), dtype="<i8")
-    return set((np.arange(len(d2t)) + d2t).tolist())
+        raw = f.read(e - s)
+        d2t = struct.unpack(f"<{len(raw) // 8}q", raw)
+    return {i + d for i, d in enumerate(d2t)}
 
 
 def main():

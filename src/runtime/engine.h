@@ -108,6 +108,9 @@ class Engine {
   bool emit(Seq& s, int32_t token);
   void finish(Seq& s, const char* reason);
   void release(Seq& s);
+  // Gives the drafter the rows each of `seqs` holds (one accept_batch), then empties them.
+  void flush_held(std::span<Seq* const> seqs);
+  static constexpr int kHeldRows = 32;
   // Frees the most recently admitted running request and puts it first in the queue, to be
   // recomputed (vLLM's order).
   void preempt_newest();
@@ -144,6 +147,7 @@ class Engine {
   Buffer<float> probs_, gathered_;
   std::vector<DraftJob> jobs_;
   std::vector<AcceptJob> accepts_;
+  std::vector<Seq*> flush_rows_;
   std::vector<const Draft*> draft_ptrs_;
   std::vector<int> lengths_;
   std::vector<int32_t> committed_, tail_rows_, decode_rows_;

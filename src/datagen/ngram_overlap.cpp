@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "data/text_util.h"
+#include "datagen/prompts.h"
 
 namespace dspark::datagen {
 
@@ -76,19 +77,12 @@ bool NgramIndex::find(std::string_view text, std::string* ngram, std::string* la
 
 void add_eval_file(NgramIndex& index, const std::string& path) {
   const std::string text = read_text_file(path);
-  size_t pos = 0;
-  int64_t line = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    ++line;
-    std::string_view l(text.data() + pos, end - pos);
-    pos = end + 1;
-    if (data::trim(l).empty()) continue;
+  for_each_line(text, [&](std::string_view l, int64_t line) {
+    if (data::trim(l).empty()) return;
     nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
     if (j.is_discarded() || !j.is_object()) fail(path, ":", line, ": not a JSON object");
     add_strings(index, j, path + ":" + std::to_string(line));
-  }
+  });
 }
 
 }  // namespace dspark::datagen

@@ -37,20 +37,13 @@ namespace {
 std::vector<std::string> read_texts(const std::string& path) {
   const std::string text = read_text_file(path);
   std::vector<std::string> out;
-  size_t pos = 0;
-  int64_t line = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    ++line;
-    std::string_view l(text.data() + pos, end - pos);
-    pos = end + 1;
-    if (data::trim(l).empty()) continue;
+  for_each_line(text, [&](std::string_view l, int64_t line) {
+    if (data::trim(l).empty()) return;
     nlohmann::json j = nlohmann::json::parse(l, nullptr, false);
     if (j.is_discarded() || !j.is_object() || !j.contains("text") || !j["text"].is_string())
       fail(path, ":", line, ": expected a JSON object with a \"text\" string");
     out.push_back(j["text"].get<std::string>());
-  }
+  });
   return out;
 }
 

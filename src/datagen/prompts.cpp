@@ -9,22 +9,6 @@ namespace dspark::datagen {
 
 namespace {
 
-// Calls f(line, line_number) for each non-empty line of a text file.
-template <class F>
-void for_each_line(const std::string& text, F&& f) {
-  size_t pos = 0;
-  int64_t number = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    ++number;
-    std::string_view line(text.data() + pos, end - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (!line.empty()) f(line, number);
-    pos = end + 1;
-  }
-}
-
 nlohmann::json parse_line(std::string_view line, const std::string& path, int64_t number) {
   try {
     return nlohmann::json::parse(line);

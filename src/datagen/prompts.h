@@ -16,6 +16,23 @@ struct RegenPrompt {
   std::vector<std::string> turns;  // user turns; the target answers each in order
 };
 
+// Calls f(line, line_number) for each non-empty line of a text file (a trailing \r cut off;
+// line numbers count every line, from 1): the JSONL readers of datagen share it.
+template <class F>
+void for_each_line(const std::string& text, F&& f) {
+  size_t pos = 0;
+  int64_t number = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    ++number;
+    std::string_view line(text.data() + pos, end - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (!line.empty()) f(line, number);
+    pos = end + 1;
+  }
+}
+
 // The content of the first "<|im_start|>user\n ... <|im_end|>" of a ChatML text, if any.
 std::optional<std::string> chatml_first_user_turn(std::string_view text);
 

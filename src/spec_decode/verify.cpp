@@ -120,7 +120,11 @@ VerifyResult verify(RejectionMethod method, bool greedy, const VerifyInput& in, 
 namespace testing {
 void set_verifier_override(VerifyFn fn) { g_override = fn; }
 
-VerifyResult verify_token_level_without_residual(const VerifyInput& in, const VerifyRng& rng) {
+namespace {
+// Token-level acceptance, as verify_token_level, with the token after a rejection drawn by
+// `resample(in, i, rng)`: the broken verifiers below differ only there.
+template <class Resample>
+VerifyResult token_level_with(const VerifyInput& in, const VerifyRng& rng, Resample resample) {
   VerifyResult r;
   const int l = int(in.draft.size());
   for (int i = 0; i < l; ++i) {
@@ -130,35 +134,30 @@ VerifyResult verify_token_level_without_residual(const VerifyInput& in, const Ve
       ++r.accepted;
       continue;
     }
-    r.next_token = sample_dense(p_row(in, i), in.vocab, *rng.residual);  // the bug: no residual
+    r.next_token = resample(i, *rng.residual);
     return r;
   }
   r.next_token = sample_dense(p_row(in, l), in.vocab, *rng.residual);
   return r;
 }
+}  // namespace
+
+VerifyResult verify_token_level_without_residual(const VerifyInput& in, const VerifyRng& rng) {
+  return token_level_with(in, rng, [&](int i, Rng& g) {
+    return sample_dense(p_row(in, i), in.vocab, g);  // the bug: no residual
+  });
+}
 
 VerifyResult verify_token_level_residual_within_draft_support(const VerifyInput& in, const VerifyRng& rng) {
-  VerifyResult r;
-  const int l = int(in.draft.size());
   thread_local std::vector<float> cut;
-  for (int i = 0; i < l; ++i) {
-    const int32_t x = in.draft[size_t(i)];
-    const double pv = p_row(in, i)[x], qv = q_at(in, i, x);
-    if (qv > 0 && uniform_open(*rng.accept) * qv <= pv) {
-      ++r.accepted;
-      continue;
-    }
-    const float* p = p_row(in, i);
+  return token_level_with(in, rng, [&](int i, Rng& g) {
     const float* q = q_row(in, i);
-    cut.assign(p, p + in.vocab);
+    cut.assign(p_row(in, i), p_row(in, i) + in.vocab);
     if (q)
       for (int v = 0; v < in.vocab; ++v)
         if (q[v] <= 0) cut[size_t(v)] = 0;  // the bug: tokens the drafter cannot propose are dropped
-    r.next_token = sample_residual(cut.data(), q, x, 1.0, in.vocab, *rng.residual);
-    return r;
-  }
-  r.next_token = sample_dense(p_row(in, l), in.vocab, *rng.residual);
-  return r;
+    return sample_residual(cut.data(), q, in.draft[size_t(i)], 1.0, in.vocab, g);
+  });
 }
 }  // namespace testing
 

@@ -1,6 +1,7 @@
 #include "runtime/spec_generate.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -12,35 +13,56 @@ namespace dspark {
 
 using json = nlohmann::json;
 
-std::vector<double> profile_sps_curve(const Model& target, DType kv_dtype, int K, int max_tokens) {
+namespace {
+
+// The lower quartile of a point's samples: load from other processes only ever adds time, so the
+// low end of the samples is what repeats from run to run (the median moves with the load).
+double low_quartile(std::vector<double> v) {
+  if (v.empty()) fail("step profile: a point without samples");
+  std::sort(v.begin(), v.end());
+  return v[(v.size() - 1) / 4];
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+}  // namespace
+
+std::vector<double> sps_curve_from_profile(std::span<const StepPoint> single,
+                                           std::span<const StepPoint> batched, int K,
+                                           int max_tokens) {
   max_tokens = std::max(max_tokens, K + 1);
+  if (single.size() < 2) fail("SPS curve: needs at least two single-sequence points");
+  // 1. One sequence verifying 1..K+1 tokens: a Theil-Sen line t = a + b (B - 1) through the
+  //    points' lower quartiles (the median of the pairwise slopes, b >= 0; then the median
+  //    intercept). Kernel tile edges and timer noise make single points jump by a few percent,
+  //    a local dip would stop Algorithm 1's scan early, and one bad point moves a least-squares
+  //    line but not this one.
+  std::vector<std::pair<double, double>> xy;  // (B - 1, seconds)
+  for (const StepPoint& p : single)
+    xy.push_back({double(p.batch * p.tokens_per_seq - 1), low_quartile(p.samples)});
+  std::vector<double> slopes, icpts;
+  for (size_t i = 0; i < xy.size(); ++i)
+    for (size_t j = i + 1; j < xy.size(); ++j)
+      if (xy[j].first != xy[i].first)
+        slopes.push_back((xy[j].second - xy[i].second) / (xy[j].first - xy[i].first));
+  const double b = slopes.empty() ? 0.0 : std::max(0.0, median_of(slopes));
+  for (const auto& [x, t] : xy) icpts.push_back(t - b * x);
+  const double a = std::max(median_of(icpts), 1e-9);
+  // 2. Rounded, so that two profiles of one machine give one curve: Algorithm 1 compares only
+  //    ratios of step times, so the curve is kept as t(1) times a relative cost, and that is
+  //    rounded: the per-token slope b / a to a multiple of kSlopeGrid, batched steps' t / t(1) to
+  //    a power of 2^(1/16) (4.4% apart). t(1) itself is kept (only the drafting cost is compared
+  //    with it, on its own grid of t(1)).
+  const double rho = std::round(b / a / kSpsSlopeGrid) * kSpsSlopeGrid;
   std::vector<std::pair<int, double>> pts;  // (tokens in the step, seconds)
-  StepProfileOptions opt;
-  opt.contexts = {256};
-  opt.kv_dtype = kv_dtype;
-  opt.batches = {1};
-  opt.tokens.clear();
-  for (int t = 1; t <= K + 1; ++t) opt.tokens.push_back(t);
-  {
-    // One sequence's steps of 1..K+1 tokens, replaced by their least-squares line t = a + b B
-    // (b >= 0): kernel tile edges and timer noise make the raw points jump by a few percent, and
-    // a local dip would stop Algorithm 1's scan early (and differently from run to run).
-    double n = 0, sb = 0, st = 0, sbb = 0, sbt = 0;
-    for (const StepPoint& p : profile_steps(target, opt)) {
-      const double b = p.tokens_per_seq, t = p.seconds;
-      n += 1, sb += b, st += t, sbb += b * b, sbt += b * t;
-    }
-    const double den = n * sbb - sb * sb;
-    const double slope = den > 0 ? std::max(0.0, (n * sbt - sb * st) / den) : 0.0;
-    const double icpt = (st - slope * sb) / n;
-    for (int t = 1; t <= K + 1; ++t) pts.push_back({t, std::max(icpt + slope * t, 1e-9)});
-  }
-  opt.batches.clear();
-  for (int b = 2; b * (K + 1) <= std::min(max_tokens, 512); b *= 2) opt.batches.push_back(b);
-  if (!opt.batches.empty()) {
-    opt.tokens = {K + 1};
-    for (const StepPoint& p : profile_steps(target, opt))
-      pts.push_back({p.batch * p.tokens_per_seq, p.seconds});
+  for (int t = 1; t <= K + 1; ++t) pts.push_back({t, a * (1.0 + rho * double(t - 1))});
+  for (const StepPoint& p : batched) {
+    const double r = low_quartile(p.samples) / a;
+    pts.push_back({p.batch * p.tokens_per_seq, a * std::exp2(std::round(16 * std::log2(r)) / 16)});
   }
   std::sort(pts.begin(), pts.end());
   std::vector<double> sps{0.0};
@@ -63,6 +85,30 @@ std::vector<double> profile_sps_curve(const Model& target, DType kv_dtype, int K
   return sps;
 }
 
+std::vector<double> profile_sps_curve(const Model& target, DType kv_dtype, int K, int max_tokens) {
+  max_tokens = std::max(max_tokens, K + 1);
+  StepProfileOptions opt;
+  opt.contexts = {256};
+  opt.kv_dtype = kv_dtype;
+  opt.batches = {1};
+  opt.tokens.clear();
+  for (int t = 1; t <= K + 1; ++t) opt.tokens.push_back(t);
+  // Every point once per pass, kSpsPasses passes: a burst of other load hits one sample of each
+  // point, not all samples of one (about (K + 1) x 24 forwards, a fraction of a second here).
+  opt.reps = kSpsPasses;
+  opt.interleave = true;
+  const std::vector<StepPoint> single = profile_steps(target, opt);
+  std::vector<StepPoint> batched;
+  opt.batches.clear();
+  for (int b = 2; b * (K + 1) <= std::min(max_tokens, 512); b *= 2) opt.batches.push_back(b);
+  if (!opt.batches.empty()) {
+    opt.tokens = {K + 1};
+    opt.reps = 8;
+    batched = profile_steps(target, opt);
+  }
+  return sps_curve_from_profile(single, batched, K, max_tokens);
+}
+
 std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, const Model& target,
                                                        DType kv_dtype, int max_step_tokens) {
   if (spec.confidence_threshold > 0)
@@ -78,7 +124,9 @@ std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, c
            " (num_speculative_tokens ", K, " + 1)");
     std::vector<double> sps{0.0};
     sps.insert(sps.end(), spec.sps_curve.begin(), spec.sps_curve.end());
-    return std::make_unique<PrefixScheduler>(std::move(sps));
+    auto s = std::make_unique<PrefixScheduler>(std::move(sps));
+    s->learn_drafting_cost(true);  // the curve as given, the drafting cost as measured here
+    return s;
   }
   auto s =
       std::make_unique<PrefixScheduler>(profile_sps_curve(target, kv_dtype, K, max_step_tokens));

@@ -4,11 +4,13 @@
 
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <vector>
 
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/metrics.h"
+#include "runtime/step_profile.h"
 #include "spec_decode/calibration.h"
 #include "spec_decode/drafter.h"
 #include "spec_decode/length_policy.h"
@@ -20,13 +22,24 @@ namespace dspark {
 // threshold, or the hardware-aware prefix scheduler (Algorithm 1). Its cost curve SPS(B) covers
 // steps of B = 1 .. max(K + 1, max_step_tokens) tokens: the config's dspark_sps_curve (at least
 // K + 1 entries; past its end the step time is extrapolated) or, when that is "auto", `target`'s
-// step time profiled now (about 6 forwards per point: one sequence verifying 1..K+1 tokens, then
-// 2, 4, 8, ... sequences of K + 1), interpolated and made monotone, plus the drafting time
-// learned while generating.
+// step time profiled now (profile_sps_curve). Either way the scheduler adds the drafting time and
+// the plain step's cost beyond the forward, both learned while generating.
 std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, const Model& target,
                                                        DType kv_dtype, int max_step_tokens = 0);
-// The profiled curve: sps[B] for B = 0 (unused) .. max_tokens.
+// The profiled curve: sps[B] for B = 0 (unused) .. max_tokens, from sps_curve_from_profile over
+// kSpsPasses interleaved passes of one sequence verifying 1..K+1 tokens, then 8 of 2, 4, 8, ...
+// sequences of K + 1.
 std::vector<double> profile_sps_curve(const Model& target, DType kv_dtype, int K, int max_tokens);
+inline constexpr int kSpsPasses = 24;           // timed passes over the single-sequence points
+inline constexpr double kSpsSlopeGrid = 1.0 / 64;  // the per-token cost's grid, in units of t(1)
+// The curve from profiled points: `single`, one sequence verifying 1..K+1 tokens, fitted with a
+// Theil-Sen line through each point's lower quartile and its relative slope rounded to
+// kSpsSlopeGrid; `batched` (2, 4, ... sequences of K + 1 tokens), each rounded to a power of
+// 2^(1/16) of t(1); interpolated linearly in step time, extrapolated with the last slope and
+// made monotone. Rounding is what makes two profiles of one machine give the same lengths.
+std::vector<double> sps_curve_from_profile(std::span<const StepPoint> single,
+                                           std::span<const StepPoint> batched, int K,
+                                           int max_tokens);
 
 // Generates like generate(), speculatively: the engine serving this one request (so every
 // figure and every output is the server's). Fills `metrics` with the run's speculative figures.

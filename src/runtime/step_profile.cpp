@@ -112,27 +112,42 @@ std::vector<StepPoint> profile_steps(const Model& model, const StepProfileOption
   for (int i = 0; i < max_b; ++i) seqs.push_back(kv.create_sequence());
   std::vector<StepPoint> points;
   Rng rng(1234);
-  Batch batch;
   ForwardRequest req;
   for (int ctx : opt.contexts) {
     for (int s : seqs) fill_cache(kv, s, ctx, uint64_t(s) + 17);
+    struct Shape {
+      int B, T;
+      Batch batch;
+    };
+    std::vector<Shape> shapes;
     for (int B : opt.batches) {
       for (int T : opt.tokens) {
-        batch.clear();
+        Shape sh{B, T, {}};
         for (int s = 0; s < B; ++s)
           for (int t = 0; t < T; ++t)
-            batch.add(int32_t(rng.next() % uint64_t(c.vocab_size)), ctx + t, seqs[size_t(s)], true);
-        std::vector<double> times;
-        for (int rep = 0; rep <= opt.reps; ++rep) {
-          const double t0 = now_seconds();
-          fwd.run(batch, req);
-          const double dt = now_seconds() - t0;
-          if (rep > 0) times.push_back(dt);  // the first run warms caches and buffers
-          for (int s = 0; s < B; ++s) kv.truncate(seqs[size_t(s)], ctx);
-        }
-        points.push_back(StepPoint{ctx, B, T, median(times)});
+            sh.batch.add(int32_t(rng.next() % uint64_t(c.vocab_size)), ctx + t, seqs[size_t(s)], true);
+        shapes.push_back(std::move(sh));
       }
     }
+    const size_t first = points.size();
+    for (const Shape& sh : shapes) points.push_back(StepPoint{ctx, sh.B, sh.T, 0, {}});
+    auto time_one = [&](size_t i, bool keep) {
+      const Shape& sh = shapes[i];
+      const double t0 = now_seconds();
+      fwd.run(sh.batch, req);
+      const double dt = now_seconds() - t0;
+      if (keep) points[first + i].samples.push_back(dt);
+      for (int s = 0; s < sh.B; ++s) kv.truncate(seqs[size_t(s)], ctx);
+    };
+    // The first run of a point warms caches and buffers and is not kept.
+    if (opt.interleave) {
+      for (int rep = 0; rep <= opt.reps; ++rep)
+        for (size_t i = 0; i < shapes.size(); ++i) time_one(i, rep > 0);
+    } else {
+      for (size_t i = 0; i < shapes.size(); ++i)
+        for (int rep = 0; rep <= opt.reps; ++rep) time_one(i, rep > 0);
+    }
+    for (size_t i = first; i < points.size(); ++i) points[i].seconds = median(points[i].samples);
   }
   return points;
 }

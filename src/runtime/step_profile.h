@@ -13,6 +13,7 @@ struct StepPoint {
   int batch = 0;           // sequences in the step
   int tokens_per_seq = 0;  // tokens each sequence verifies (1 = plain decode)
   double seconds = 0;      // median latency of one forward
+  std::vector<double> samples;  // every timed repetition, in the order run
 };
 
 struct StepProfileOptions {
@@ -21,6 +22,10 @@ struct StepProfileOptions {
   std::vector<int> tokens{1, 2, 4, 8, 16};
   int reps = 5;
   DType kv_dtype = DType::BF16;
+  // false: each point's repetitions back to back. true: every point once per pass, `reps`
+  // passes (after one untimed pass), so a burst of load from other processes slows one sample of
+  // every point rather than every sample of one point (the points of a context share a pass).
+  bool interleave = false;
 };
 
 // Memory that profile_steps (and profile_prefill of `prefill_tokens`, 0: none) will need: KV cache

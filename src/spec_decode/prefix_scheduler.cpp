@@ -2,79 +2,69 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <tuple>
 
 #include "core/error.h"
 
 namespace dspark {
 
-double PrefixScheduler::step_sps(int b) const {
+double PrefixScheduler::step_seconds(int b) const {
   if (sps_.size() < 2) fail("prefix scheduler: empty SPS table");
   const int last = int(sps_.size()) - 1;
-  double s = sps_[size_t(std::min(b, last))];
+  double t = 1.0 / sps_[size_t(std::clamp(b, 1, last))];
   if (b > last && last >= 2) {  // extrapolate the step time, never below the last entry's
-    const double t1 = 1.0 / sps_[size_t(last)],
-                 slope = std::max(0.0, t1 - 1.0 / sps_[size_t(last - 1)]);
-    s = 1.0 / (t1 + slope * double(b - last));
+    const double slope = std::max(0.0, t - 1.0 / sps_[size_t(last - 1)]);
+    t += slope * double(b - last);
   }
-  return s;
+  return t;
 }
 
-double PrefixScheduler::sps(int b) const {
-  const double s = step_sps(b);
-  return draft_s_ > 0 ? 1.0 / (1.0 / s + draft_s_) : s;
+PrefixScheduler::Gate& PrefixScheduler::gate(int requests) {
+  const size_t b = size_t(std::bit_width(unsigned(std::max(1, requests))) - 1);
+  if (gates_.size() <= b) gates_.resize(b + 1);
+  return gates_[b];
+}
+
+double PrefixScheduler::predicted_gain(int requests) const {
+  const size_t b = size_t(std::bit_width(unsigned(std::max(1, requests))) - 1);
+  return b < gates_.size() ? gates_[b].gain : 0.0;
+}
+
+bool PrefixScheduler::should_draft(int requests, int /*other_tokens*/) {
+  if (!learn_) return true;  // no drafting cost measured: Algorithm 1 alone decides
+  ++steps_;
+  Gate& g = gate(requests);
+  if (g.drafting) return true;
+  if (steps_ - g.last_step >= g.probe_every) {
+    g.last_step = steps_;  // a probe; choose() decides from its prediction whether drafting resumes
+    return true;
+  }
+  return false;
 }
 
 namespace {
-int requests_bucket(int requests) {
-  return std::bit_width(unsigned(std::max(1, requests))) - 1;
+// A running mean of a cost (the plain mean over the first observations, then an exponential
+// average that follows load changes) and its value on a grid of `cell`, moved only when the mean
+// is more than 3/4 of a cell away from it (the cell's half plus a quarter): a mean that hovers on
+// a cell edge keeps one value.
+void learn_cost(double x, int64_t& n, double& mean, double& used, double cell) {
+  ++n;
+  mean += std::max(1.0 / double(n), 1.0 / 32.0) * (x - mean);
+  if (n == 1 || std::fabs(mean - used) > 0.75 * cell) used = std::round(mean / cell) * cell;
 }
 }  // namespace
 
-bool PrefixScheduler::should_draft(int requests, int /*other_tokens*/) {
-  if (!learn_) return true;  // a fixed curve: Algorithm 1 alone decides
-  ++steps_;
-  const size_t b = size_t(requests_bucket(requests));
-  if (rates_.size() < 2 * b + 2) rates_.resize(2 * b + 2);
-  Rate &plain = rates_[2 * b], &spec = rates_[2 * b + 1];
-  if (spec.observed < 4) return true;
-  if (plain.observed < 4) return false;
-  const bool drafting_wins = spec.tokens_per_s >= plain.tokens_per_s;
-  Rate& loser = drafting_wins ? plain : spec;
-  if (steps_ - loser.last_step >= kProbeEvery) {
-    loser.last_step = steps_;  // one probe, then the winner again until the next
-    return !drafting_wins;
-  }
-  return drafting_wins;
-}
-
-void PrefixScheduler::observe_step(int requests, bool drafted, int tokens, double seconds,
-                                   int decode_rows, int other_rows) {
-  if (!learn_ || !(seconds > 0)) return;
-  // Prompt chunks in the same forward are not the decoding requests' cost: their share of the
-  // step time (by SPS(B)) is taken out, so arrivals do not make either kind look slow.
-  if (other_rows > 0 && decode_rows > 0) {
-    const double all = 1.0 / step_sps(decode_rows + other_rows), own = 1.0 / step_sps(decode_rows);
-    seconds = std::max(seconds * 0.05, seconds - (all - own));
-  }
-  const size_t b = size_t(requests_bucket(requests));
-  if (rates_.size() < 2 * b + 2) rates_.resize(2 * b + 2);
-  Rate& r = rates_[2 * b + (drafted ? 1 : 0)];
-  // Tokens over seconds of the recent steps (decayed sums): the throughput those steps gave,
-  // which a mean of per-step rates would not be (it over-weights short steps).
-  r.tokens = 0.9 * r.tokens + double(tokens);
-  r.seconds = 0.9 * r.seconds + seconds;
-  r.tokens_per_s = r.tokens / r.seconds;
-  ++r.observed;
-  r.last_step = steps_;
-}
-
 void PrefixScheduler::observe_drafting(double seconds) {
   if (!learn_ || !(seconds >= 0)) return;
-  // The plain mean over the first rounds, then an exponential average that follows load changes.
-  ++observed_;
-  const double w = std::max(1.0 / double(observed_), 1.0 / 32.0);
-  draft_s_ += w * (seconds - draft_s_);
+  learn_cost(seconds, observed_, draft_s_, draft_q_, step_seconds(1) * kCostGrid);
+}
+
+void PrefixScheduler::observe_step(int /*requests*/, bool drafted, int /*tokens*/, double seconds,
+                                   int decode_rows, int other_rows) {
+  if (!learn_ || drafted || !(seconds > 0) || decode_rows <= 0) return;
+  const double o = std::max(0.0, seconds - step_seconds(decode_rows + other_rows));
+  learn_cost(o, over_n_, over_s_, over_q_, step_seconds(1) * kCostGrid);
 }
 
 void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int> lengths) {
@@ -98,15 +88,18 @@ void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int
   });
   const int R = int(drafts.size());
   std::vector<int> l(size_t(R), 0), best(size_t(R), 0);
+  // This round's drafting (already spent) and every step's cost beyond the forward.
+  const double d = learn_ ? draft_q_ : 0.0, o = learn_ ? over_q_ : 0.0;
   int B = R + other_tokens_;
   double tau = R;
-  double best_theta = tau * sps(B);
+  const double plain = R / (step_seconds(B) + o);  // a plain step, without drafting
+  double best_theta = tau / (step_seconds(B) + d + o);
   for (const Cand& c : cands) {
     if (c.j != l[size_t(c.r)] + 1) continue;  // only prefixes (survival never grows with j)
     l[size_t(c.r)] = c.j;
     B += 1;
     tau += c.a;
-    const double theta = tau * sps(B);
+    const double theta = tau / (step_seconds(B) + d + o);
     if (theta > best_theta) {
       best_theta = theta;
       best = l;
@@ -114,7 +107,32 @@ void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int
       break;
     }
   }
-  for (int r = 0; r < R; ++r) lengths[size_t(r)] = best[size_t(r)];
+  bool any = false;
+  for (int r = 0; r < R; ++r) {
+    lengths[size_t(r)] = best[size_t(r)];
+    any = any || best[size_t(r)] > 0;
+  }
+  if (!any && R > 0) ++empty_rounds_;
+  if (!learn_ || R == 0) return;
+  // The drafting-or-not gate for the coming steps at this load: the gain this round predicted.
+  const double gain = best_theta / plain;
+  Gate& g = gate(R);
+  if (g.drafting) {
+    g.gain = g.gain > 0 ? kGainDecay * g.gain + (1 - kGainDecay) * gain : gain;
+    if (g.gain < 1 - kHysteresis) {  // drafting costs more than it brings: plain steps
+      g.drafting = false;
+      g.last_step = steps_;
+      g.probe_every = kProbeFirst;
+    }
+  } else {  // a probe
+    g.gain = gain;
+    if (gain >= 1 + kHysteresis) {
+      g.drafting = true;
+    } else {
+      g.last_step = steps_;
+      g.probe_every = std::min(2 * g.probe_every, kProbeMax);
+    }
+  }
 }
 
 }  // namespace dspark

@@ -5,6 +5,7 @@
 // draft k is made before anything that depends on x_k is looked at.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "spec_decode/length_policy.h"
@@ -16,28 +17,56 @@ class PrefixScheduler : public VerifyLengthPolicy {
   // sps[B]: target steps per second for a batch of B tokens (index 0 unused); beyond the table
   // the step time grows linearly with the slope of its last two entries.
   explicit PrefixScheduler(std::vector<double> sps) : sps_(std::move(sps)) {}
+  // Algorithm 1, l = 0 for every request included: with the round's drafting time d (already
+  // spent when the lengths are chosen) a length-l round yields tau / (t(B) + d) tokens per
+  // second, and the scan starts from all lengths 0 (R / (t(R) + d)), so when no first draft is
+  // likely enough to pay for its row the round verifies nothing (a plain decoding step; the drafts
+  // are dropped, which is lossless because only the confidences decided). The round's predicted
+  // gain over a plain step without drafting, tau / (t(B) + d) against R / t(R), is what
+  // should_draft() weighs.
   void choose(std::span<const Draft* const> drafts, std::span<int> lengths) override;
 
-  // With learn_drafting_cost, a round's rate is 1 / (1 / sps[B] + d), d the running mean of the
-  // drafting times observed so far (vLLM's budget divides by draft_ms + verify_ms the same way):
-  // on a machine where drafting costs about a target step, ignoring it cuts blocks too short.
+  // With learn_drafting_cost (make_verify_policy turns it on for every curve, loaded or
+  // profiled) a round's time is t(B) + d, d the running mean of the drafting times observed so
+  // far (vLLM's budget divides by draft_ms + verify_ms the same way): on a machine where drafting
+  // costs about a target step, ignoring it cuts blocks too short. The d used is the mean rounded
+  // to kCostGrid of t(1), moved only when the mean leaves its cell by a quarter more (hysteresis),
+  // so that timer noise does not flip lengths from round to round or run to run.
   void learn_drafting_cost(bool on) { learn_ = on; }
   void observe_drafting(double seconds) override;
   void set_other_tokens(int tokens) override { other_tokens_ = tokens; }
-  // With a learned drafting cost (the "auto" curve): whether to draft is chosen from the
-  // realized output rate (tokens per second, drafting included) of the recent steps of each kind
-  // at about this many requests (buckets 1, 2-3, 4-7, ...): the faster kind runs, the other is
-  // tried again every kProbeEvery steps so the choice follows load and acceptance. Only past
-  // steps decide, so skipping keeps the output the target's.
-  bool should_draft(int requests, int other_tokens) override;
+  // With learning on, plain steps also teach the step's cost beyond the target forward (the
+  // drafter taking the new token's context, sampling, bookkeeping): o, the mean of a plain
+  // step's seconds less t(rows), on the same grid with hysteresis. Every step pays it, drafted or
+  // not, so a round's time is t(B) + d + o and a plain step's t(R) + o; leaving it out overrates
+  // plain steps against rounds that yield several tokens.
   void observe_step(int requests, bool drafted, int tokens, double seconds, int decode_rows,
                     int other_rows) override;
-  static constexpr int kProbeEvery = 16;
-  double drafting_cost() const { return draft_s_; }
+  // With a learned drafting cost: whether this step drafts at all, at about this many requests
+  // (buckets 1, 2-3, 4-7, ...). It drafts while the recent rounds' predicted gain (choose(), a
+  // decayed mean) is at least 1 - kHysteresis; once it falls below, the drafter's cost alone
+  // makes rounds lose and the step is a plain one without drafting. Such a run of plain steps is
+  // probed with one drafted round after kProbeFirst steps, then after twice as many each time
+  // the probe still predicts a loss (at most kProbeMax): a probe whose predicted gain is at least
+  // 1 + kHysteresis resumes drafting. Only past rounds' confidences decide, never the drafts of
+  // the step in question, so skipping keeps the output the target's.
+  bool should_draft(int requests, int other_tokens) override;
+  static constexpr int kProbeFirst = 2;
+  static constexpr int kProbeMax = 32;
+  static constexpr double kGainDecay = 0.5;   // weight of the past in the decayed gain
+  static constexpr double kHysteresis = 0.02;
+  static constexpr double kCostGrid = 1.0 / 32;  // drafting cost grid, in units of t(1)
+
+  double drafting_cost() const { return draft_s_; }        // the running mean
+  double drafting_cost_used() const { return draft_q_; }   // the rounded one choose() uses
+  double step_overhead_used() const { return over_q_; }    // o, rounded
+  // The decayed predicted gain at about this many requests (0: nothing predicted yet).
+  double predicted_gain(int requests) const;
+  // Rounds that drafted and then verified nothing for any request (all lengths 0).
+  int64_t empty_rounds() const { return empty_rounds_; }
 
  protected:
-  double sps(int batch_tokens) const;       // with the learned drafting time
-  double step_sps(int batch_tokens) const;  // the target step alone
+  double step_seconds(int batch_tokens) const;  // the target step alone
   // false only in the anticipating variant that tests use to show the bias.
   virtual bool early_stop() const { return true; }
 
@@ -45,16 +74,21 @@ class PrefixScheduler : public VerifyLengthPolicy {
   std::vector<double> sps_;
   bool learn_ = false;
   int other_tokens_ = 0;
-  struct Rate {
-    double tokens = 0, seconds = 0;  // decayed sums over the recent steps
-    double tokens_per_s = 0;
-    int observed = 0;
-    int64_t last_step = 0;
+  struct Gate {
+    double gain = 0;  // decayed predicted gain of the drafted rounds (0: none yet)
+    bool drafting = true;
+    int64_t last_step = 0;  // when the last run of plain steps began or was last probed
+    int probe_every = kProbeFirst;
   };
-  std::vector<Rate> rates_;  // [bucket * 2 + drafted]
+  std::vector<Gate> gates_;  // per bucket of requests
+  Gate& gate(int requests);
   int64_t steps_ = 0;
   double draft_s_ = 0;  // mean drafting seconds per round so far (exponentially weighted)
+  double draft_q_ = 0;  // draft_s_ on the kCostGrid, with hysteresis
   int64_t observed_ = 0;
+  double over_s_ = 0, over_q_ = 0;  // o: the mean, and on the grid
+  int64_t over_n_ = 0;
+  int64_t empty_rounds_ = 0;
 };
 
 namespace testing {

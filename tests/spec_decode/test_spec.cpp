@@ -536,65 +536,6 @@ TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
   }
 }
 
-// The learned drafting cost: a round's fixed cost makes verifying more drafts worth it.
-TEST(PrefixScheduler, LearnedDraftingCostLengthensBlocks) {
-  // Step time B seconds for B tokens; every conditional confidence 0.6.
-  const std::vector<double> sps = {0.0, 1.0, 0.5, 1.0 / 3, 0.25, 0.2};
-  Draft d;
-  d.tokens = {1, 2, 3, 4};
-  d.confidence = {0.6f, 0.6f, 0.6f, 0.6f};
-  const Draft* dp = &d;
-  auto length = [&](PrefixScheduler& s) {
-    int l = -1;
-    s.choose(std::span<const Draft* const>(&dp, 1), std::span<int>(&l, 1));
-    return l;
-  };
-  PrefixScheduler fixed(sps);
-  fixed.observe_drafting(10.0);  // ignored unless learning is on
-  // Theta: 1 / 1 at l = 0 beats 1.6 / 2 at l = 1.
-  EXPECT_EQ(length(fixed), 0);
-  PrefixScheduler learning(sps);
-  learning.learn_drafting_cost(true);
-  EXPECT_EQ(length(learning), 0) << "nothing observed yet: the curve alone";
-  learning.observe_drafting(5.0);
-  learning.observe_drafting(15.0);
-  EXPECT_DOUBLE_EQ(learning.drafting_cost(), 10.0);
-  // Theta = tau / (B + 10): 1/11, 1.6/12, 1.96/13, 2.176/14 (best), 2.3056/15.
-  EXPECT_EQ(length(learning), 3);
-}
-
-// Whether to draft at all follows the realized rates of past steps at about this many requests,
-// and the slower kind is probed again every kProbeEvery steps.
-TEST(PrefixScheduler, DraftsOnlyWhenDraftingStepsHaveBeenFaster) {
-  PrefixScheduler fixed({0.0, 1.0, 0.5});
-  for (int i = 0; i < 40; ++i) fixed.observe_step(16, true, 1, 1.0, 16, 0);
-  EXPECT_TRUE(fixed.should_draft(16, 0)) << "a fixed curve leaves every choice to Algorithm 1";
-  PrefixScheduler s({0.0, 1.0, 0.5});
-  s.learn_drafting_cost(true);
-  EXPECT_TRUE(s.should_draft(16, 0)) << "nothing observed: draft";
-  for (int i = 0; i < 4; ++i) s.observe_step(16, true, 40, 0.05, 100, 0);  // 800 tok/s drafting
-  EXPECT_FALSE(s.should_draft(16, 0)) << "plain steps must be tried before they can be compared";
-  for (int i = 0; i < 4; ++i) s.observe_step(16, false, 16, 0.01, 16, 0);  // 1600 tok/s plain
-  int drafted = 0;
-  const int n = 10 * PrefixScheduler::kProbeEvery;
-  for (int i = 0; i < n; ++i) drafted += s.should_draft(16, 0);
-  EXPECT_GE(drafted, n / PrefixScheduler::kProbeEvery - 1) << "the slower kind is never probed";
-  EXPECT_LE(drafted, n / PrefixScheduler::kProbeEvery + 1) << "drafting although plain steps were faster";
-  // Another load (2 requests) is judged on its own: nothing observed there yet.
-  EXPECT_TRUE(s.should_draft(2, 0));
-  // Drafting steps that become faster win back.
-  for (int i = 0; i < 12; ++i) s.observe_step(16, true, 100, 0.02, 100, 0);  // 5000 tok/s
-  drafted = 0;
-  for (int i = 0; i < PrefixScheduler::kProbeEvery; ++i) drafted += s.should_draft(16, 0);
-  EXPECT_EQ(drafted, PrefixScheduler::kProbeEvery - 1) << "one probe of plain steps, drafting otherwise";
-  // A step's prompt-chunk rows are not charged to the decoding requests.
-  PrefixScheduler t({0.0, 100.0, 50.0, 34.0, 25.0, 20.0});  // B tokens take B / 100 s
-  t.learn_drafting_cost(true);
-  for (int i = 0; i < 4; ++i) t.observe_step(1, true, 3, 0.03, 3, 0);     // 100 tok/s, no prompts beside
-  for (int i = 0; i < 4; ++i) t.observe_step(1, false, 1, 0.025, 1, 2);  // 40 tok/s, 178 without the chunks
-  EXPECT_FALSE(t.should_draft(1, 0)) << "plain steps beside prompt chunks were charged the chunks' time";
-}
-
 TEST(Ngram, ProposesWhatFollowedTheLatestMatch) {
   auto d = make_ngram_drafter(1, 3, 8);
   const int seq = d->begin();

@@ -1,0 +1,336 @@
+// The prefix scheduler (Algorithm 1) and its cost model: zero-length rounds, skipping the drafter
+// when its cost alone loses and probing back, the SPS curve from a profile (rounded so that two
+// profiles give the same lengths) and from a `dspark bench step --sps-out` file.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "../error_of.h"
+#include "fixtures.h"
+#include "runtime/spec_generate.h"
+#include "runtime/step_profile.h"
+#include "spec_decode/prefix_scheduler.h"
+#include "spec_decode/spec_config.h"
+
+namespace dspark {
+namespace {
+
+using namespace dspark::testing;
+
+// sps[B] for a step of a + b (B - 1) seconds, B = 1..n.
+std::vector<double> line_sps(double a, double b, int n) {
+  std::vector<double> s{0.0};
+  for (int B = 1; B <= n; ++B) s.push_back(1.0 / (a + b * double(B - 1)));
+  return s;
+}
+
+Draft draft_of(std::vector<float> conf) {
+  Draft d;
+  for (size_t i = 0; i < conf.size(); ++i) d.tokens.push_back(int32_t(i + 1));
+  d.confidence = std::move(conf);
+  return d;
+}
+
+int length_of(PrefixScheduler& s, const Draft& d) {
+  const Draft* dp = &d;
+  int l = -1;
+  s.choose(std::span<const Draft* const>(&dp, 1), std::span<int>(&l, 1));
+  return l;
+}
+
+// The learned drafting cost: a round's fixed cost makes verifying more drafts worth it.
+TEST(PrefixScheduler, LearnedDraftingCostLengthensBlocks) {
+  // Step time B seconds for B tokens; every conditional confidence 0.6.
+  const std::vector<double> sps = {0.0, 1.0, 0.5, 1.0 / 3, 0.25, 0.2};
+  const Draft d = draft_of({0.6f, 0.6f, 0.6f, 0.6f});
+  PrefixScheduler fixed(sps);
+  fixed.observe_drafting(10.0);  // ignored unless learning is on
+  // Theta: 1 / 1 at l = 0 beats 1.6 / 2 at l = 1.
+  EXPECT_EQ(length_of(fixed, d), 0);
+  PrefixScheduler learning(sps);
+  learning.learn_drafting_cost(true);
+  EXPECT_EQ(length_of(learning, d), 0) << "nothing observed yet: the curve alone";
+  learning.observe_drafting(5.0);
+  learning.observe_drafting(15.0);
+  EXPECT_DOUBLE_EQ(learning.drafting_cost(), 10.0);
+  EXPECT_DOUBLE_EQ(learning.drafting_cost_used(), 10.0);
+  // Theta = tau / (B + 10): 1/11, 1.6/12, 1.96/13, 2.176/14 (best), 2.3056/15.
+  EXPECT_EQ(length_of(learning, d), 3);
+}
+
+// The drafting cost in use sits on a grid of t(1) / 32 and moves only when the mean leaves its
+// cell by a quarter more: a mean that wanders around a cell edge does not flip it.
+TEST(PrefixScheduler, DraftingCostHasHysteresis) {
+  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+  s.learn_drafting_cost(true);
+  const double cell = 1.0 / 32;
+  s.observe_drafting(10.5 * cell);  // the first: rounded, 10 or 11 cells
+  const double first = s.drafting_cost_used();
+  EXPECT_NEAR(std::fmod(first / cell + 1e-9, 1.0), 0.0, 1e-6) << "not on the grid: " << first;
+  for (int i = 0; i < 200; ++i) {
+    s.observe_drafting((i % 2 ? 10.2 : 10.8) * cell);  // noise across the edge at 10.5
+    EXPECT_EQ(s.drafting_cost_used(), first) << "flipped at round " << i;
+  }
+  for (int i = 0; i < 200; ++i) s.observe_drafting(14 * cell);
+  EXPECT_NEAR(s.drafting_cost_used(), 14 * cell, 1e-12) << "a real change must still move it";
+}
+
+// Zero drafts verified: confidences too low for their rows, with expensive drafting. Every draft
+// verified: confident drafts on a nearly flat curve.
+TEST(PrefixScheduler, ZeroLengthForUnlikelyDraftsFullLengthForLikelyOnes) {
+  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.5);
+  // l = 0: 1 / 1.5; l = 1: 1.1 / 1.75 < 1 / 1.5.
+  EXPECT_EQ(length_of(s, draft_of({0.1f, 0.9f, 0.9f, 0.9f})), 0);
+  EXPECT_EQ(s.empty_rounds(), 1);
+  EXPECT_LT(s.predicted_gain(1), 1.0) << "a round of drafting that verifies nothing must predict a loss";
+  // The same confidences with a first draft that pays for its row (0.3 / 0.25 > 1 / 1.5).
+  EXPECT_GE(length_of(s, draft_of({0.3f, 0.05f, 0.9f, 0.9f})), 1);
+
+  PrefixScheduler flat(line_sps(1.0, 0.01, 9));
+  flat.learn_drafting_cost(true);
+  flat.observe_drafting(0.1);
+  EXPECT_EQ(length_of(flat, draft_of({0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f})), 8);
+  EXPECT_GT(flat.predicted_gain(1), 2.0);
+  EXPECT_EQ(flat.empty_rounds(), 0);
+}
+
+// When rounds predict a loss the steps are plain ones without drafting; one drafted probe after
+// kProbeFirst steps, then twice as long each time (at most kProbeMax); a probe that predicts a
+// gain resumes drafting.
+TEST(PrefixScheduler, SkipsDraftingWhenItsCostLosesAndProbesBack) {
+  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(2.0);  // drafting costs two target steps
+  const Draft weak = draft_of({0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f});
+  const Draft strong = draft_of({0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f});
+  std::vector<int> drafted_at;
+  const int n = 2 + 4 + 8 + 16 + 3 * PrefixScheduler::kProbeMax + 1;
+  for (int i = 0; i < n; ++i)
+    if (s.should_draft(1, 0)) {
+      drafted_at.push_back(i);
+      length_of(s, weak);
+    }
+  ASSERT_GE(drafted_at.size(), 3u);
+  EXPECT_EQ(drafted_at[0], 0) << "nothing predicted yet: draft";
+  std::vector<int> gaps;
+  for (size_t k = 1; k < drafted_at.size(); ++k) gaps.push_back(drafted_at[k] - drafted_at[k - 1]);
+  const std::vector<int> want = {2, 4, 8, 16, 32, 32, 32};
+  EXPECT_EQ(gaps, want) << "probes of drafting while it keeps losing";
+  EXPECT_LT(s.predicted_gain(1), 1.0);
+  // Another load (2 requests) is judged on its own: nothing predicted there yet.
+  EXPECT_TRUE(s.should_draft(2, 0));
+  // The text becomes predictable: the next probe finds it, and every step drafts again.
+  int first = -1;
+  for (int i = 0; i < PrefixScheduler::kProbeMax + 1 && first < 0; ++i)
+    if (s.should_draft(1, 0)) {
+      first = i;
+      EXPECT_EQ(length_of(s, strong), 8);
+    }
+  ASSERT_GE(first, 0) << "never probed again";
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(s.should_draft(1, 0)) << "a winning probe must resume drafting (step " << i << ")";
+    length_of(s, strong);
+  }
+  EXPECT_GT(s.predicted_gain(1), 1.5);
+  // Without a measured drafting cost (learning off) Algorithm 1 alone decides: always draft.
+  PrefixScheduler fixed(line_sps(1.0, 0.25, 9));
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_TRUE(fixed.should_draft(1, 0));
+    length_of(fixed, weak);
+  }
+}
+
+// A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps
+// look cheaper than they are against rounds that yield several tokens.
+TEST(PrefixScheduler, PlainStepOverheadCountsOnBothSides) {
+  auto gain_with = [](double overhead) {
+    PrefixScheduler s(line_sps(1.0, 0.25, 9));
+    s.learn_drafting_cost(true);
+    s.observe_drafting(1.0);
+    for (int i = 0; i < 8; ++i) s.observe_step(1, false, 1, 1.0 + overhead, 1, 0);
+    EXPECT_NEAR(s.step_overhead_used(), overhead, 1.0 / 64);
+    length_of(s, draft_of({0.8f, 0.8f, 0.8f, 0.8f}));
+    return s.predicted_gain(1);
+  };
+  // l = 4 both times (tau = 3.3616): o = 0: tau / (2 + 1) = 1.12 against 1; o = 1: tau / 4 = 0.84
+  // against 1 / 2, a gain of 1.68.
+  EXPECT_GT(gain_with(1.0), gain_with(0.0) + 0.3);
+}
+
+// A step's prompt-chunk rows slow it whatever is verified: they are in B.
+TEST(PrefixScheduler, PromptChunkRowsCountInTheStep) {
+  PrefixScheduler s(line_sps(1.0, 0.25, 64));
+  const Draft d = draft_of({0.3f, 0.3f});
+  EXPECT_EQ(length_of(s, d), 1);  // 1.3 / 1.25 > 1
+  // 100 prompt rows beside: B = 101, past the table's end, where the step time grows with its
+  // last slope (t = 26): a row is now 1% of the step, and the second draft pays too
+  // (1.39 / 26.5 > 1.3 / 26.25 > 1 / 26).
+  s.set_other_tokens(100);
+  EXPECT_EQ(length_of(s, d), 2);
+}
+
+// ---------------------------------------------------------------- the SPS curve
+
+// Synthetic profile points: one sequence of 1..K+1 tokens with step time a (1 + rho (B - 1)),
+// every sample jittered by +-`jitter` and with probability `spike` slowed by half again (another
+// process taking the core).
+std::vector<StepPoint> noisy_points(int K, double a, double rho, double jitter, double spike,
+                                    uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::uniform_real_distribution<double> u(-1, 1), v(0, 1);
+  std::vector<StepPoint> pts;
+  for (int T = 1; T <= K + 1; ++T) {
+    StepPoint p{256, 1, T, 0, {}};
+    for (int i = 0; i < kSpsPasses; ++i) {
+      double t = a * (1 + rho * (T - 1)) * (1 + jitter * u(g));
+      if (v(g) < spike) t *= 1.5;
+      p.samples.push_back(t);
+    }
+    pts.push_back(p);
+  }
+  return pts;
+}
+
+// The lengths a curve chooses for one request, over confidence vectors that sweep every
+// decision threshold finely: constant, decreasing, and one weak position.
+std::vector<int> lengths_for(const std::vector<double>& sps, int K) {
+  std::vector<int> out;
+  PrefixScheduler s(sps);
+  for (int i = 1; i < 1000; ++i) {
+    const float c = float(i) / 1000;
+    std::vector<float> flat(size_t(K), c), falling(size_t(K), 0.0f), dip(size_t(K), 0.95f);
+    for (int k = 0; k < K; ++k) falling[size_t(k)] = c * std::pow(0.97f, float(k));
+    dip[size_t(K / 2)] = c;
+    for (const auto& conf : {flat, falling, dip}) out.push_back(length_of(s, draft_of(conf)));
+  }
+  return out;
+}
+
+// The old fit: each point's median, a least-squares line, nothing rounded.
+std::vector<double> unrounded_curve(const std::vector<StepPoint>& pts) {
+  double n = 0, sb = 0, st = 0, sbb = 0, sbt = 0;
+  for (const StepPoint& p : pts) {
+    std::vector<double> v = p.samples;
+    std::sort(v.begin(), v.end());
+    const double b = p.tokens_per_seq, t = v[v.size() / 2];
+    n += 1, sb += b, st += t, sbb += b * b, sbt += b * t;
+  }
+  const double slope = std::max(0.0, (n * sbt - sb * st) / (n * sbb - sb * sb)), icpt = (st - slope * sb) / n;
+  std::vector<double> sps{0.0};
+  for (const StepPoint& p : pts) sps.push_back(1.0 / (icpt + slope * p.tokens_per_seq));
+  return sps;
+}
+
+// Two profiles of one machine, with timer jitter and bursts of other load, give one curve and so
+// the same lengths; the old unrounded median fit of the same samples gives lengths that differ,
+// and so does a profile far noisier than the rounding absorbs (the comparison can fail).
+TEST(SpsCurve, TwoNoisyProfilesGiveTheSameLengths) {
+  const int K = 8;
+  // rho on a cell's centre (13/64): jitter of 3% moves the estimate by well under half a cell.
+  const double rho = 13.0 / 64;
+  const auto p1 = noisy_points(K, 1.7e-3, rho, 0.03, 0.15, 1),
+             p2 = noisy_points(K, 1.7e-3, rho, 0.03, 0.15, 2);
+  const auto c1 = sps_curve_from_profile(p1, {}, K, K + 1), c2 = sps_curve_from_profile(p2, {}, K, K + 1);
+  ASSERT_EQ(c1.size(), size_t(K + 2));
+  for (int B = 2; B <= K + 1; ++B) {
+    EXPECT_NEAR(c1[1] / c1[size_t(B)], 1 + rho * (B - 1), 1e-9) << "B = " << B;  // the slope recovered
+    EXPECT_NEAR(c2[1] / c2[size_t(B)], 1 + rho * (B - 1), 1e-9) << "B = " << B;
+  }
+  EXPECT_EQ(lengths_for(c1, K), lengths_for(c2, K));
+  EXPECT_NE(lengths_for(unrounded_curve(p1), K), lengths_for(unrounded_curve(p2), K))
+      << "the old fit should be sensitive to this noise (else this test shows nothing)";
+  const auto n1 = noisy_points(K, 1.7e-3, rho, 0.6, 0.3, 3), n2 = noisy_points(K, 1.7e-3, rho, 0.6, 0.3, 4);
+  EXPECT_NE(lengths_for(sps_curve_from_profile(n1, {}, K, K + 1), K),
+            lengths_for(sps_curve_from_profile(n2, {}, K, K + 1), K))
+      << "60% jitter should defeat the rounding (else the comparison cannot fail)";
+}
+
+// A target of the demo's width (steps of about a millisecond on two AVX2 cores: long enough that
+// the thread pool's jitter does not dominate the profile).
+std::unique_ptr<Model> small_target() {
+  ModelConfig c = tiny_target(4096);
+  c.hidden_size = 512;
+  c.intermediate_size = 1408;
+  c.num_layers = 4;
+  return Model::build(c, *random_source(5, 0.1f), LoadOptions{DType::F32});
+}
+
+// Real profiles of one model, back to back: valid curves whose relative slope is on the grid
+// (so that equal estimates give equal tables) and equal lengths whenever they land in the same
+// cell (t(1) differs; only ratios may matter). How close the two slopes are is printed, not
+// asserted: on a quiet machine they share a cell or neighbour one, but another process busy on
+// the two cores changes the real curve (a slope of 0.11 became 0.31 here), which no rounding can
+// hide. The noisy-profile test above is the deterministic check of the rounding.
+TEST(SpsCurve, RealProfilesAreOnTheGridAndAgree) {
+  const int K = 8;
+  auto target = small_target();
+  std::vector<std::vector<double>> curves;
+  std::vector<double> rhos;
+  for (int i = 0; i < 2; ++i) {
+    curves.push_back(profile_sps_curve(*target, DType::F32, K, 4 * (K + 1)));
+    const auto& c = curves.back();
+    ASSERT_EQ(c.size(), size_t(4 * (K + 1) + 1));
+    for (size_t B = 2; B < c.size(); ++B) EXPECT_LE(c[B], c[B - 1]) << "a longer step must not be faster";
+    const double rho = (c[1] / c[2] - 1);
+    EXPECT_NEAR(rho / kSpsSlopeGrid, std::round(rho / kSpsSlopeGrid), 1e-6) << "slope not rounded: " << rho;
+    for (int B = 3; B <= K + 1; ++B)
+      EXPECT_NEAR(c[1] / c[size_t(B)], 1 + rho * (B - 1), 1e-9) << "not one line at B = " << B;
+    rhos.push_back(rho);
+  }
+  std::printf("relative slopes of the two profiles: %.4f %.4f\n", rhos[0], rhos[1]);
+  if (std::fabs(rhos[0] - rhos[1]) < 1e-9) {
+    std::vector<double> a(curves[0].begin(), curves[0].begin() + K + 2),
+        b(curves[1].begin(), curves[1].begin() + K + 2);
+    EXPECT_EQ(lengths_for(a, K), lengths_for(b, K));
+  }
+}
+
+// A curve written as `dspark bench step --sps-out` writes it is taken, with the drafting cost
+// learned; a broken one is refused naming the file and the field.
+TEST(SpsCurve, BenchStepFileLoadsAndABadOneIsNamed) {
+  const int K = 4;
+  auto target = small_target();
+  const auto dir = temp_dir("sps_file");
+  const std::string file = (dir / "sps.json").string();
+  const std::vector<double> sps = profile_sps_curve(*target, DType::F32, K, 16);
+  {
+    nlohmann::json f = {{"model", "small"}, {"dtype", "f32"}, {"threads", 1}, {"gemm", "avx2"}, {"cpu", "test"},
+                        {"num_speculative_tokens", K},
+                        {"dspark_sps_curve", std::vector<double>(sps.begin() + 1, sps.end())}};
+    std::ofstream(file) << f.dump(1) << "\n";
+  }
+  // The drafter is never loaded here: make_verify_policy needs only the config.
+  const std::string head = R"({"method": "dspark", "model": ")" + dir.string() +
+                           R"(", "num_speculative_tokens": 4, "enable_adaptive_verification": true, "dspark_sps_curve": )";
+  SpecConfig sc = SpecConfig::parse(head + "\"" + file + "\"}");
+  ASSERT_EQ(sc.sps_curve.size(), sps.size() - 1);
+  auto policy = make_verify_policy(sc, *target, DType::F32);
+  auto* sched = dynamic_cast<PrefixScheduler*>(policy.get());
+  ASSERT_NE(sched, nullptr);
+  sched->observe_drafting(1e-3);
+  EXPECT_GT(sched->drafting_cost(), 0) << "a loaded curve must learn the drafting cost too";
+
+  std::ofstream(file) << R"({"dspark_sps_curve": [0.001, -2, 0.0005]})";
+  std::string bad = error_of([&] { SpecConfig::parse(head + "\"" + file + "\"}"); });
+  EXPECT_NE(bad.find(file), std::string::npos) << bad;
+  EXPECT_NE(bad.find("'dspark_sps_curve' entry 1"), std::string::npos) << bad;
+  std::ofstream(file) << R"({"steps": []})";
+  bad = error_of([&] { SpecConfig::parse(head + "\"" + file + "\"}"); });
+  EXPECT_NE(bad.find(file), std::string::npos) << bad;
+  EXPECT_NE(bad.find("dspark_sps_curve"), std::string::npos) << bad;
+  std::ofstream(file) << R"({"dspark_sps_curve": [0.001, 0.0005]})";  // shorter than K + 1
+  SpecConfig shorter = SpecConfig::parse(head + "\"" + file + "\"}");
+  bad = error_of([&] { make_verify_policy(shorter, *target, DType::F32); });
+  EXPECT_NE(bad.find("field 'dspark_sps_curve' has 2 entries"), std::string::npos) << bad;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace dspark

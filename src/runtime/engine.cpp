@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "core/cpu.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "runtime/context_limit.h"
@@ -48,6 +50,7 @@ struct Engine::Seq {
   bool decoding = false;
   bool abort_requested = false;
   bool finished = false;
+  bool aborted = false;  // finished with "abort"
   int32_t anchor = -1;  // the last emitted token, not yet in the KV cache
   double arrival = 0, scheduled = -1, first_token = -1, last_emit = -1;
   StopStringFilter stops;
@@ -63,6 +66,9 @@ struct Engine::Seq {
   std::vector<int32_t> committed;
   std::vector<float> held_feats;
   int held_pos = 0, held_width = 0;
+  // Export (EngineRequest::export_hidden): the export layers of positions 0 .. export_rows - 1.
+  std::string export_bytes;
+  int export_rows = 0;
 
   int prompt_len() const { return int(req.prompt.size()); }
   int anchor_pos() const { return prompt_len() + int(out_tokens.size()) - 1; }
@@ -132,6 +138,16 @@ void Engine::init() {
   if (opt_.max_num_batched_tokens < K + 1)
     fail("--max-num-batched-tokens ", opt_.max_num_batched_tokens, " cannot hold one round of ",
          K + 1, " tokens");
+  if (drafter_) tap_layers_ = drafter_->target_layers();
+  drafter_taps_ = int(tap_layers_.size());
+  for (int l : opt_.export_layers) {
+    if (l < -1 || l >= model_.config().num_layers)
+      fail("hidden-state export: layer ", l, " is outside the target's layers -1 .. ",
+           model_.config().num_layers - 1);
+    auto it = std::find(tap_layers_.begin(), tap_layers_.end(), l);
+    if (it == tap_layers_.end()) it = tap_layers_.insert(tap_layers_.end(), l);
+    export_slot_.push_back(int(it - tap_layers_.begin()));
+  }
   metrics_.spec_num_accepted_tokens_per_pos.assign(size_t(K), 0);
   metrics_.spec_verify_length_hist.assign(size_t(K + 1), 0);
   live_ = metrics_;
@@ -163,6 +179,9 @@ uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
   if (p.max_tokens >= 0 && n + p.max_tokens > limit)
     fail("max_tokens: this model's maximum context length is ", limit, " tokens; the prompt has ",
          n, " and max_tokens asks for ", p.max_tokens, " more (", n + p.max_tokens, " in all)");
+  if (req.export_hidden && opt_.export_layers.empty())
+    fail("kv_transfer_params: this server exports no hidden states (start it with a "
+         "--kv-transfer-config)");
   auto s = std::make_unique<Seq>(0, std::move(req), std::move(on_output), tok_);
   s->max_tokens = s->req.params.max_tokens < 0 ? int(limit - n) : s->req.params.max_tokens;
   s->target_len = int(n);
@@ -272,6 +291,8 @@ void Engine::release(Seq& s) {
   s.kv_seq = s.draft_seq = -1;
   s.committed.clear();
   s.held_feats.clear();
+  s.export_bytes.clear();
+  s.export_rows = 0;
   s.computed = 0;
   s.decoding = false;
 }
@@ -289,6 +310,7 @@ void Engine::preempt_newest() {
 void Engine::finish(Seq& s, const char* reason) {
   if (s.finished) return;
   s.finished = true;
+  s.aborted = std::string_view(reason) == "abort";
   if (!s.stops.stopped()) {
     std::string tail = s.stops.push(s.decoder.flush());
     if (!s.stops.stopped())
@@ -468,7 +490,8 @@ bool Engine::step() {
 
   // 6. One flat batch. Output rows: prefill rows that are not a prompt's last (taps only), then
   // the last rows of prompts that complete, then every decode row; logits for the last two groups.
-  const bool taps = drafter_ && !drafter_->target_layers().empty();
+  const bool taps = !tap_layers_.empty();  // the drafter's features, the export's, or both
+  const bool dtaps = drafter_taps_ > 0;
   batch_.clear();
   std::vector<int32_t>&tail_rows = tail_rows_, &decode_rows = decode_rows_;
   std::vector<Seq*>& pre = pre_;
@@ -505,7 +528,7 @@ bool Engine::step() {
   batch_.output_rows.insert(batch_.output_rows.end(), tail_rows.begin(), tail_rows.end());
   batch_.output_rows.insert(batch_.output_rows.end(), decode_rows.begin(), decode_rows.end());
   ForwardRequest req;
-  if (taps) req.tap_layers = drafter_->target_layers();
+  if (taps) req.tap_layers = tap_layers_;
   req.logits_last = int(tail_rows.size() + decode_rows.size());
   req.logits = req.logits_last > 0;
   const double t_fwd = now_seconds();
@@ -513,29 +536,32 @@ bool Engine::step() {
   live_.forward_seconds += now_seconds() - t_fwd;
   ++live_.steps;
   const int V = model_.config().vocab_size;
-  const int width = out.n_taps * out.hidden;
+  const int width = out.n_taps * out.hidden;  // a row of taps
+  const int dwidth = drafter_taps_ * out.hidden;  // the drafter's features: a row's first floats
   auto logits_of = [&](int out_row) { return out.logits_row(out_row); };
 
   // 7a. Prefill results: drafter context, and the first token of prompts that completed.
   int tail_i = 0;
   for (Seq* s : pre) {
     const bool completes = s->computed + s->chunk == s->target_len;
+    // Row i of the chunk: the head rows in order, the prompt's last among the tail rows.
+    const int head_rows = completes ? s->chunk - 1 : s->chunk;
+    auto out_row_of = [&](int i) { return i < head_rows ? s->out_row + i : n_head + tail_i; };
+    if (s->req.export_hidden)
+      for (int i = 0; i < s->chunk; ++i) capture_row(*s, out, out_row_of(i), s->computed + i);
     if (drafter_) {
       const float* feats = nullptr;
-      if (taps) {
-        const int head_rows = completes ? s->chunk - 1 : s->chunk;
-        gathered_.resize(size_t(s->chunk) * size_t(width));
-        std::memcpy(gathered_.data(), out.taps + int64_t(s->out_row) * width,
-                    size_t(head_rows) * size_t(width) * 4);
-        if (completes)
-          std::memcpy(gathered_.data() + int64_t(head_rows) * width,
-                      out.taps + int64_t(n_head + tail_i) * width, size_t(width) * 4);
+      if (dtaps) {
+        gathered_.resize(size_t(s->chunk) * size_t(dwidth));
+        for (int i = 0; i < s->chunk; ++i)
+          std::memcpy(gathered_.data() + int64_t(i) * dwidth,
+                      out.taps + int64_t(out_row_of(i)) * width, size_t(dwidth) * 4);
         feats = gathered_.data();
       }
       committed_.resize(size_t(s->chunk));
       for (int i = 0; i < s->chunk; ++i) committed_[size_t(i)] = s->token_at(s->computed + i);
       drafter_->extend(s->draft_seq, committed_, s->computed,
-                       TargetFeatures{feats, taps ? s->chunk : 0, width});
+                       TargetFeatures{feats, dtaps ? s->chunk : 0, dwidth});
     }
     if (s->out_tokens.empty()) live_.prompt_tokens += s->chunk;
     s->computed += s->chunk;
@@ -609,17 +635,23 @@ bool Engine::step() {
     }
     kv_->truncate(s->kv_seq, pos + vr.accepted + 1);
     bool go = true;
+    const size_t out_before = s->out_tokens.size();
     for (int i = 0; i < vr.accepted && go; ++i) go = emit(*s, s->draft.tokens[size_t(i)]);
     if (go) go = emit(*s, vr.next_token);
+    if (s->req.export_hidden)  // the rows of the emitted tokens' inputs: the anchor, then drafts
+      for (int i = 0; i < int(s->out_tokens.size() - out_before); ++i)
+        capture_row(*s, out, r0 + i, pos + i);
     if (go && drafter_) {  // held for the drafter, then given to it for many requests at once
       if (s->committed.empty()) s->held_pos = pos;
       s->committed.push_back(s->anchor);
       s->committed.insert(s->committed.end(), s->draft.tokens.begin(),
                           s->draft.tokens.begin() + vr.accepted);
-      s->held_width = taps ? width : 0;
-      if (taps)
-        s->held_feats.insert(s->held_feats.end(), out.taps + int64_t(r0) * width,
-                             out.taps + int64_t(r0 + vr.accepted + 1) * width);
+      s->held_width = dtaps ? dwidth : 0;
+      if (dtaps)
+        for (int i = 0; i <= vr.accepted; ++i) {
+          const float* f = out.taps + int64_t(r0 + i) * width;
+          s->held_feats.insert(s->held_feats.end(), f, f + dwidth);
+        }
     }
     if (go) {
       s->anchor = vr.next_token;
@@ -647,6 +679,47 @@ bool Engine::step() {
   if (spec_metrics_) spec_metrics_->verify_seconds += now_seconds() - t_fwd;
   retire();
   return true;
+}
+
+void Engine::capture_row(Seq& s, const ForwardOutput& out, int out_row, int pos) {
+  if (pos != s.export_rows) return;  // kept already (or out of order: export_finished reports it)
+  const int H = out.hidden;
+  const size_t per = opt_.export_bf16 ? 2 : 4, n = export_slot_.size() * size_t(H);
+  const size_t at = s.export_bytes.size();
+  s.export_bytes.resize(at + n * per);
+  char* dst = s.export_bytes.data() + at;
+  for (size_t k = 0; k < export_slot_.size(); ++k) {
+    const float* src = out.tap(out_row, export_slot_[k]);
+    if (opt_.export_bf16)
+      convert_f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst) + k * size_t(H), size_t(H));
+    else
+      std::memcpy(dst + k * size_t(H) * 4, src, size_t(H) * 4);
+  }
+  ++s.export_rows;
+}
+
+void Engine::export_finished(Seq& s) {
+  if (s.aborted) return;  // nobody was given its handle
+  HiddenExport e;
+  e.handle = s.req.export_handle;
+  e.request_id = s.req.request_id;
+  e.prompt_tokens = s.prompt_len();
+  e.output_tokens = int(s.out_tokens.size());
+  e.layers = opt_.export_layers;
+  e.hidden = model_.config().hidden_size;
+  e.bf16 = opt_.export_bf16;
+  const int n = s.prompt_len() + (s.req.export_output_tokens ? e.output_tokens - 1 : 0);
+  if (s.export_rows < n) {
+    e.error = "captured the hidden states of " + std::to_string(s.export_rows) + " of " +
+              std::to_string(n) + " positions";
+  } else {
+    e.token_ids.reserve(size_t(n));
+    for (int p = 0; p < n; ++p) e.token_ids.push_back(s.token_at(p));
+    const size_t row = s.export_bytes.size() / size_t(s.export_rows);
+    s.export_bytes.resize(row * size_t(n));
+    e.bytes = std::move(s.export_bytes);
+  }
+  opt_.on_export(std::move(e));
 }
 
 void Engine::flush_held(std::span<Seq* const> seqs) {
@@ -689,6 +762,7 @@ bool Engine::retire() {
     }
     for (auto& s : *v)
       if (s->finished) {
+        if (s->req.export_hidden && opt_.on_export) export_finished(*s);
         release(*s);
         done.push_back(std::move(s));
       }

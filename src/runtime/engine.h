@@ -38,14 +38,45 @@ struct EngineOptions {
   // of one step's delay to the decoding requests per arrival. Off: chunks of prompts share each
   // step with the decoding rounds (vLLM V1's chunked prefill).
   bool prefill_first = false;
+  // Hidden-state export (the hidden-states connector): the outputs of these target layers
+  // (dspark's ids: 0-based decoder-layer outputs, -1 the embeddings; vLLM's id i is our i - 1)
+  // are kept for every position of a request that asks (EngineRequest::export_hidden), and
+  // handed to on_export when it finishes. With a drafter that taps them already (export while
+  // speculating) they cost a copy; the others are tapped from the same forward pass.
+  std::vector<int> export_layers;
+  bool export_bf16 = true;  // the export's dtype: bf16, else f32
+  std::function<void(struct HiddenExport&&)> on_export;  // engine thread; must not block
+};
+
+// What the engine hands the connector for a finished request that asked for export.
+struct HiddenExport {
+  std::string handle;              // EngineRequest::export_handle
+  std::string request_id;
+  std::vector<int32_t> token_ids;  // the prompt, and with export_output_tokens the output but the last
+  int prompt_tokens = 0;
+  int output_tokens = 0;
+  std::vector<int> layers;         // EngineOptions::export_layers
+  int hidden = 0;
+  bool bf16 = true;
+  std::string bytes;               // [token_ids.size()][layers.size()][hidden], little-endian
+  std::string error;               // non-empty: capture failed (write an error manifest)
 };
 
 struct EngineRequest {
+  EngineRequest() = default;
+  EngineRequest(std::string id, std::vector<int32_t> prompt_ids, GenerateParams p)
+      : request_id(std::move(id)), prompt(std::move(prompt_ids)), params(std::move(p)) {}
   std::string request_id;       // the client's x-request-id, or one the server made
   std::vector<int32_t> prompt;  // token ids (chat template already applied)
   // Sampling (with seed), stop ids and stop strings; max_tokens -1 means as many as fit under
   // max_model_len (vLLM's default), else prompt + max_tokens must fit (submit() refuses it).
   GenerateParams params;
+  // Export this request's target hidden states when it finishes (needs EngineOptions::
+  // export_layers): every prompt position, and the output's too (all but the last token, which
+  // no forward pass has seen) with export_output_tokens (vLLM's include_output_tokens).
+  bool export_hidden = false;
+  bool export_output_tokens = false;
+  std::string export_handle;
 };
 
 // What the engine hands a request's owner after each step that advanced it (engine thread).
@@ -111,6 +142,9 @@ class Engine {
   // Gives the drafter the rows each of `seqs` holds (one accept_batch), then empties them.
   void flush_held(std::span<Seq* const> seqs);
   static constexpr int kHeldRows = 32;
+  // Keeps the export layers of the forward's output row `out_row` (position `pos`) for `s`.
+  void capture_row(Seq& s, const ForwardOutput& out, int out_row, int pos);
+  void export_finished(Seq& s);
   // Frees the most recently admitted running request and puts it first in the queue, to be
   // recomputed (vLLM's order).
   void preempt_newest();
@@ -151,6 +185,10 @@ class Engine {
   std::vector<const Draft*> draft_ptrs_;
   std::vector<int> lengths_;
   std::vector<int32_t> committed_, tail_rows_, decode_rows_;
+  // Layers every forward taps: the drafter's, then the export layers it lacks; export_slot_[k]:
+  // export layer k's index among them; drafter_taps_: how many of them the drafter reads.
+  std::vector<int> tap_layers_, export_slot_;
+  int drafter_taps_ = 0;
   std::vector<Seq*> dec_, pre_;
   uint64_t next_handle_ = 1;
   std::atomic<bool> accepting_{true};

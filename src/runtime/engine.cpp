@@ -38,6 +38,9 @@ struct Engine::Seq {
         on_output(std::move(fn)),
         stops(req.params.stop_strings),
         decoder(tok, true) {}
+  ~Seq() {
+    if (dv) --dv->users;
+  }
 
   uint64_t handle;
   EngineRequest req;
@@ -45,6 +48,7 @@ struct Engine::Seq {
   int max_tokens = 0;               // output budget
   std::vector<int32_t> out_tokens;  // generated so far
   int kv_seq = -1, draft_seq = -1;
+  DrafterVersion* dv = nullptr;  // the drafter it was first admitted with (kept over preemption)
   int computed = 0;    // positions whose KV (and drafter context) exist
   int target_len = 0;  // positions to prefill before decoding
   bool decoding = false;
@@ -83,10 +87,13 @@ Engine::Engine(const Model& model, const Tokenizer& tok, EngineOptions opt,
     : model_(model),
       tok_(tok),
       opt_(opt),
-      own_drafter_(std::move(drafter)),
       own_policy_(std::move(policy)),
       spec_(std::move(spec)) {
-  drafter_ = own_drafter_.get();
+  if (drafter) {
+    drafters_.push_back(std::make_unique<DrafterVersion>());
+    drafters_.back()->own = std::move(drafter);
+    drafter_ = drafters_.back()->d = drafters_.back()->own.get();
+  }
   policy_ = own_policy_.get();
   const ModelConfig& c = model.config();
   max_model_len_ = resolve_max_model_len(c, opt_.max_model_len);
@@ -118,6 +125,10 @@ Engine::Engine(Forward& fwd, const Tokenizer& tok, EngineOptions opt, Drafter* d
       policy_(policy),
       kv_(&fwd.kv()),
       fwd_(&fwd) {
+  if (drafter_) {
+    drafters_.push_back(std::make_unique<DrafterVersion>());
+    drafters_.back()->d = drafter_;
+  }
   max_model_len_ = resolve_max_model_len(model_.config(), opt_.max_model_len);
   init();
 }
@@ -149,6 +160,8 @@ void Engine::init() {
     export_slot_.push_back(int(it - tap_layers_.begin()));
   }
   metrics_.spec_num_accepted_tokens_per_pos.assign(size_t(K), 0);
+  if (drafter_) metrics_.drafter_version = 1;
+  next_version_ = 2;
   metrics_.spec_verify_length_hist.assign(size_t(K + 1), 0);
   live_ = metrics_;
 }
@@ -221,7 +234,7 @@ void Engine::start() {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [this] {
           return stopping_ || !incoming_.empty() || !aborts_.empty() || !running_.empty() ||
-                 !waiting_.empty();
+                 !waiting_.empty() || next_drafter_;
         });
         if (stopping_) return;
       }
@@ -287,7 +300,7 @@ double Engine::kv_usage() const {
 
 void Engine::release(Seq& s) {
   if (s.kv_seq >= 0) kv_->free_sequence(s.kv_seq);
-  if (s.draft_seq >= 0) drafter_->end(s.draft_seq);
+  if (s.draft_seq >= 0) s.dv->d->end(s.draft_seq);
   s.kv_seq = s.draft_seq = -1;
   s.committed.clear();
   s.held_feats.clear();
@@ -364,6 +377,7 @@ bool Engine::step() {
   for (auto* v : {&waiting_, &running_})
     for (auto& s : *v)
       if (s->abort_requested) finish(*s, "abort");
+  install_next_drafter();
   if (!retire()) return false;
 
   const double t_step = now_seconds();
@@ -377,7 +391,13 @@ bool Engine::step() {
         std::min<int64_t>(int64_t(s.target_len) + K + 1, int64_t(s.prompt_len()) + s.max_tokens);
     if (int64_t(kv_->free_blocks()) * kKvBlock < need) break;
     s.kv_seq = kv_->create_sequence();
-    if (drafter_) s.draft_seq = drafter_->begin();
+    if (drafter_) {
+      if (!s.dv) {
+        s.dv = drafters_.back().get();
+        ++s.dv->users;
+      }
+      s.draft_seq = s.dv->d->begin();
+    }
     if (s.scheduled < 0) {
       s.scheduled = t_step;
       live_.queue_time.observe(t_step - s.arrival);
@@ -442,18 +462,20 @@ bool Engine::step() {
   if (drafter_ && !dec.empty() && !draft_now) ++live_.spec_plain_steps;
   if (draft_now) {
     const double t0 = now_seconds();
-    jobs_.clear();
-    for (Seq* s : dec) {
-      s->draft.clear();
-      if (s->want <= 0) continue;
-      const int pos = s->anchor_pos();
-      s->draft_rng = position_rng(s->req.params.sampling.seed, kDraftStream, pos);
-      DraftSampling ds{spec_.draft_sample == DraftSampleMethod::Probabilistic,
-                       s->req.params.sampling, &s->draft_rng};
-      jobs_.push_back(DraftJob{s->draft_seq, s->anchor, pos, s->want, ds, &s->draft});
-    }
+    for (Seq* s : dec) s->draft.clear();
     flush_held(dec);  // the drafter's context must be complete before it drafts
-    if (!jobs_.empty()) drafter_->propose_batch(jobs_);
+    for (auto& v : drafters_) {  // one batched pass per drafter version (one but after a reload)
+      jobs_.clear();
+      for (Seq* s : dec) {
+        if (s->want <= 0 || s->dv != v.get()) continue;
+        const int pos = s->anchor_pos();
+        s->draft_rng = position_rng(s->req.params.sampling.seed, kDraftStream, pos);
+        DraftSampling ds{spec_.draft_sample == DraftSampleMethod::Probabilistic,
+                         s->req.params.sampling, &s->draft_rng};
+        jobs_.push_back(DraftJob{s->draft_seq, s->anchor, pos, s->want, ds, &s->draft});
+      }
+      if (!jobs_.empty()) v->d->propose_batch(jobs_);
+    }
     draft_ptrs_.clear();
     int64_t proposed = 0;
     for (Seq* s : dec) {
@@ -560,7 +582,7 @@ bool Engine::step() {
       }
       committed_.resize(size_t(s->chunk));
       for (int i = 0; i < s->chunk; ++i) committed_[size_t(i)] = s->token_at(s->computed + i);
-      drafter_->extend(s->draft_seq, committed_, s->computed,
+      s->dv->d->extend(s->draft_seq, committed_, s->computed,
                        TargetFeatures{feats, dtaps ? s->chunk : 0, dwidth});
     }
     if (s->out_tokens.empty()) live_.prompt_tokens += s->chunk;
@@ -612,6 +634,10 @@ bool Engine::step() {
         live_.spec_num_draft_tokens += l;
         live_.spec_num_accepted_tokens += vr.accepted;
         for (int i = 0; i < vr.accepted; ++i) ++live_.spec_num_accepted_tokens_per_pos[size_t(i)];
+        EngineMetrics::PerDrafter& pd = live_.spec_by_drafter[s->dv->version];
+        ++pd.drafts;
+        pd.draft_tokens += l;
+        pd.accepted_tokens += vr.accepted;
       }
       ++live_.spec_verify_length_hist[size_t(l)];
       if (SpecMetrics* m = spec_metrics_) {
@@ -681,6 +707,48 @@ bool Engine::step() {
   return true;
 }
 
+int Engine::swap_drafter(std::unique_ptr<Drafter> d) {
+  if (!drafter_) fail("load_drafter: this server decodes without a drafter");
+  if (!d) fail("load_drafter: no drafter");
+  if (d->method() != drafter_->method())
+    fail("load_drafter: the new drafter is ", spec_method_name(d->method()), ", the server's is ",
+         spec_method_name(drafter_->method()));
+  if (d->target_layers() != drafter_->target_layers())
+    fail("load_drafter: the new drafter's target_layer_ids differ from the running drafter's");
+  if (d->max_draft_tokens() < spec_.num_speculative_tokens)
+    fail("load_drafter: the new drafter drafts at most ", d->max_draft_tokens(),
+         " tokens; the server verifies num_speculative_tokens ", spec_.num_speculative_tokens);
+  std::lock_guard<std::mutex> lk(mu_);
+  next_drafter_ = std::move(d);  // a second load before the next step replaces the first
+  cv_.notify_all();
+  return next_version_;
+}
+
+void Engine::install_next_drafter() {
+  std::unique_ptr<Drafter> d;
+  int version = 0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    d = std::move(next_drafter_);
+    if (d) version = next_version_++;
+  }
+  if (d) {
+    auto v = std::make_unique<DrafterVersion>();
+    v->own = std::move(d);
+    v->d = v->own.get();
+    v->version = version;
+    drafters_.push_back(std::move(v));
+    drafter_ = drafters_.back()->d;
+    live_.drafter_version = drafters_.back()->version;
+  }
+  // Older versions go once no request holds them.
+  for (size_t i = 0; i + 1 < drafters_.size();)
+    if (drafters_[i]->users == 0)
+      drafters_.erase(drafters_.begin() + ptrdiff_t(i));
+    else
+      ++i;
+}
+
 void Engine::capture_row(Seq& s, const ForwardOutput& out, int out_row, int pos) {
   if (pos != s.export_rows) return;  // kept already (or out of order: export_finished reports it)
   const int H = out.hidden;
@@ -723,15 +791,17 @@ void Engine::export_finished(Seq& s) {
 }
 
 void Engine::flush_held(std::span<Seq* const> seqs) {
-  accepts_.clear();
-  for (Seq* s : seqs) {
-    if (s->committed.empty() || s->draft_seq < 0) continue;
-    const int rows = int(s->committed.size());
-    const TargetFeatures f{s->held_width ? s->held_feats.data() : nullptr, s->held_width ? rows : 0,
-                           s->held_width};
-    accepts_.push_back(AcceptJob{s->draft_seq, s->committed, s->held_pos, f});
+  for (auto& v : drafters_) {
+    accepts_.clear();
+    for (Seq* s : seqs) {
+      if (s->committed.empty() || s->draft_seq < 0 || s->dv != v.get()) continue;
+      const int rows = int(s->committed.size());
+      const TargetFeatures f{s->held_width ? s->held_feats.data() : nullptr,
+                             s->held_width ? rows : 0, s->held_width};
+      accepts_.push_back(AcceptJob{s->draft_seq, s->committed, s->held_pos, f});
+    }
+    if (!accepts_.empty()) v->d->accept_batch(accepts_);
   }
-  if (!accepts_.empty()) drafter_->accept_batch(accepts_);
   for (Seq* s : seqs) {
     s->committed.clear();
     s->held_feats.clear();

@@ -123,6 +123,13 @@ class Engine {
   bool step();
   bool idle() const;
 
+  // Hot reload: `d` serves the requests admitted from the next step on; requests already
+  // running finish on the drafter they started with (lossless either way: verification keeps
+  // the target's distribution whatever the drafter proposes). Thread-safe. It must read the same
+  // target layers as the current drafter, be of its method and draft at least
+  // num_speculative_tokens; otherwise an Error naming what differs. Returns the new version.
+  int swap_drafter(std::unique_ptr<Drafter> d);
+
   EngineMetrics metrics() const;  // a snapshot
   // Also adds every round's figures to *m (engine thread; read it when the engine is idle).
   void collect_spec_metrics(SpecMetrics* m) { spec_metrics_ = m; }
@@ -157,7 +164,18 @@ class Engine {
   const Tokenizer& tok_;
   EngineOptions opt_;
   int max_model_len_ = 0;
-  std::unique_ptr<Drafter> own_drafter_;
+  // Drafter versions in use: the current one (back) and older ones that running requests still
+  // draft with (freed when their last request ends). drafter_ is the current one's.
+  struct DrafterVersion {
+    std::unique_ptr<Drafter> own;
+    Drafter* d = nullptr;
+    int version = 1;
+    int users = 0;  // requests that hold it
+  };
+  std::vector<std::unique_ptr<DrafterVersion>> drafters_;
+  std::unique_ptr<Drafter> next_drafter_;  // swap_drafter's, installed by the loop (under mu_)
+  int next_version_ = 1;
+  void install_next_drafter();
   std::unique_ptr<VerifyLengthPolicy> own_policy_;
   std::unique_ptr<KvCache> own_kv_;
   std::unique_ptr<Forward> own_fwd_;

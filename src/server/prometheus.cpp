@@ -126,6 +126,19 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
     for (size_t l = 0; l < m.spec_verify_length_hist.size(); ++l)
       w.sample("dspark:spec_decode_verify_length_total", double(m.spec_verify_length_hist[l]),
                "length=\"" + std::to_string(l) + "\"");
+    w.gauge("dspark:drafter_version", "The drafter version new requests get (POST /v1/load_drafter).",
+            double(m.drafter_version));
+    const std::pair<const char*, int64_t EngineMetrics::PerDrafter::*> per[] = {
+        {"dspark:spec_decode_num_drafts_by_drafter_total", &EngineMetrics::PerDrafter::drafts},
+        {"dspark:spec_decode_num_draft_tokens_by_drafter_total",
+         &EngineMetrics::PerDrafter::draft_tokens},
+        {"dspark:spec_decode_num_accepted_tokens_by_drafter_total",
+         &EngineMetrics::PerDrafter::accepted_tokens}};
+    for (const auto& [name, field] : per) {
+      w.header(name, "counter", "vllm:spec_decode_* of the requests each drafter version served.");
+      for (const auto& [v, d] : m.spec_by_drafter)
+        w.sample(name, double(d.*field), "drafter_version=\"" + std::to_string(v) + "\"");
+    }
     w.counter("dspark:spec_decode_plain_steps",
               "Steps run without drafting: the scheduler judged a plain step faster.",
               double(m.spec_plain_steps));

@@ -216,3 +216,68 @@ TEST_F(ExportTest, RefusesExportWithoutExportLayersAndSkipsAbortedRequests) {
 
 }  // namespace
 }  // namespace dspark
+
+namespace dspark {
+namespace {
+
+// Hot drafter reload: requests running at the swap finish on their drafter, new ones get the new
+// one, outputs stay the target's (f32 greedy equals plain decoding), the old version is freed
+// once its last request ends, and a drafter of another kind is refused.
+TEST_F(ExportTest, SwappedDrafterServesNewRequestsAndRunningOnesKeepTheirs) {
+  auto plain = engine(EngineOptions{}, false);
+  auto e = engine(EngineOptions{}, true);
+  std::vector<Done> want(prompts.size()), got(prompts.size());
+  auto request = [&](size_t i) {
+    EngineRequest r{"r" + std::to_string(i), prompts[i], {}};
+    r.params.max_tokens = 32;
+    r.params.stop_token_ids = target->config().eos_token_ids;
+    return r;
+  };
+  for (size_t i = 0; i < prompts.size(); ++i)
+    plain->submit(request(i), [&want, i](RequestOutput&& o) {
+      want[i].tokens.insert(want[i].tokens.end(), o.token_ids.begin(), o.token_ids.end());
+    });
+  while (plain->step()) {
+  }
+  auto collect = [&got](size_t i) {
+    return [&got, i](RequestOutput&& o) {
+      got[i].tokens.insert(got[i].tokens.end(), o.token_ids.begin(), o.token_ids.end());
+      got[i].finished = o.finished;
+    };
+  };
+  e->submit(request(0), collect(0));
+  e->submit(request(1), collect(1));
+  for (int i = 0; i < 3; ++i) e->step();
+  EXPECT_EQ(e->metrics().drafter_version, 1);
+  SpecConfig sc = SpecConfig::parse(
+      nlohmann::json{{"model", kModels + "/demo-dspark"}, {"method", "dspark"}}.dump());
+  EXPECT_EQ(e->swap_drafter(load_drafter(sc, *target, DType::F32)), 2);
+  e->step();
+  EXPECT_EQ(e->metrics().drafter_version, 2);
+  e->submit(request(2), collect(2));
+  e->submit(request(3), collect(3));
+  while (e->step()) {
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_TRUE(got[i].finished) << i;
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i << " differs from plain decoding";
+  }
+  const EngineMetrics m = e->metrics();
+  ASSERT_EQ(m.spec_by_drafter.count(1), 1u);
+  ASSERT_EQ(m.spec_by_drafter.count(2), 1u) << "the new requests never drafted with version 2";
+  EXPECT_GT(m.spec_by_drafter.at(1).drafts, 0);
+  EXPECT_EQ(m.spec_by_drafter.at(1).drafts + m.spec_by_drafter.at(2).drafts, m.spec_num_drafts);
+
+  SpecConfig ng = SpecConfig::parse(R"({"method": "ngram", "num_speculative_tokens": 4})");
+  try {
+    e->swap_drafter(load_drafter(ng, *target, DType::F32));
+    ADD_FAILURE() << "an n-gram drafter replaced a DSpark one";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("ngram"), std::string::npos) << err.what();
+  }
+  auto none = engine(EngineOptions{}, false);
+  EXPECT_THROW(none->swap_drafter(load_drafter(sc, *target, DType::F32)), Error);
+}
+
+}  // namespace
+}  // namespace dspark

@@ -2,6 +2,9 @@
 
 #include <zlib.h>
 
+#include <cstdio>
+
+#include "core/error.h"
 #include "core/mmap_file.h"
 
 namespace dspark {
@@ -21,6 +24,18 @@ uint32_t crc32_bytes(const void* data, size_t n, uint32_t crc) {
 uint32_t crc32_file(const std::string& path) {
   MappedFile f(path);
   return crc32_bytes(f.data(), f.size());
+}
+
+std::string crc32_hex(uint32_t crc) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "%08x", crc);
+  return buf;
+}
+
+uint32_t parse_crc32_hex(const std::string& s, const std::string& where) {
+  if (s.size() != 8 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
+    fail(where, ": expected a CRC32 as 8 lowercase hex digits, got \"", s, "\"");
+  return uint32_t(std::stoul(s, nullptr, 16));
 }
 
 }  // namespace dspark

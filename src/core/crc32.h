@@ -9,5 +9,9 @@ namespace dspark {
 
 uint32_t crc32_bytes(const void* data, size_t n, uint32_t crc = 0);
 uint32_t crc32_file(const std::string& path);  // throws Error naming the path
+// "%08x": 8 lower-case hex digits, the spelling of every manifest's crc32 field.
+std::string crc32_hex(uint32_t crc);
+// Parses crc32_hex's output; throws Error naming `where` otherwise.
+uint32_t parse_crc32_hex(const std::string& s, const std::string& where);
 
 }  // namespace dspark

@@ -15,18 +15,6 @@ namespace dspark::datagen {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-std::string crc32_hex(uint32_t crc) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", crc);
-  return buf;
-}
-
-uint32_t parse_crc32_hex(const std::string& s, const std::string& where) {
-  if (s.size() != 8 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
-    fail(where, ": expected a CRC32 as 8 lowercase hex digits, got \"", s, "\"");
-  return uint32_t(std::stoul(s, nullptr, 16));
-}
-
 namespace {
 
 const json& field(const json& j, const char* name, const std::string& where) {

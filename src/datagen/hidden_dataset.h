@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/crc32.h"
+
 namespace dspark::datagen {
 
 constexpr const char* kHiddenFormat = "dspark-hidden-states";
@@ -63,10 +65,9 @@ class HiddenDataset {
   std::vector<Entry> entries_;
 };
 
-// "%08x"
-std::string crc32_hex(uint32_t crc);
-// Parses crc32_hex's output; throws Error naming `where` otherwise.
-uint32_t parse_crc32_hex(const std::string& s, const std::string& where);
+// "%08x" and its parser (core/crc32.h), under the names datagen's callers use.
+using dspark::crc32_hex;
+using dspark::parse_crc32_hex;
 
 }  // namespace dspark::datagen
 

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "runtime/spec_generate.h"
+#include "server/hidden_export.h"
 #include "server/http_server.h"
 #include "spec_decode/drafter.h"
 #include "spec_decode/length_policy.h"
@@ -24,6 +25,11 @@ int cmd_serve(int argc, char** argv) {
             "vLLM-style JSON: {\"method\": \"dspark\", \"model\": DIR, \"num_speculative_tokens\": "
             "8, ...} "
             "(default: plain decoding)")
+      .flag("kv-transfer-config",
+            "vLLM-style JSON: {\"kv_connector\": \"HiddenStatesConnector\", \"kv_role\": "
+            "\"kv_producer\", \"kv_connector_extra_config\": {\"store\": \"redis://HOST:PORT/DB\" "
+            "or \"file:DIR\", \"export_fraction\": 0, ...}}: export requests' target hidden "
+            "states (docs/online-training.md)")
       .flag("host", "address to listen on", true, "127.0.0.1")
       .flag("port", "TCP port (0: any free port; the one chosen is printed)", true, "8000")
       .flag("api-key", "require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize")
@@ -79,6 +85,17 @@ int cmd_serve(int argc, char** argv) {
 
   std::optional<SpecConfig> spec;
   if (auto sc = args.opt("speculative-config")) spec = SpecConfig::parse(*sc);
+  std::optional<KvTransferConfig> kvt;
+  if (auto kc = args.opt("kv-transfer-config")) kvt = KvTransferConfig::parse(*kc);
+  // extract_hidden_states: no drafter, plain decoding, the aux layers exported (vLLM's method).
+  std::vector<int> aux_layers;
+  if (spec && spec->extract_hidden_states) {
+    if (!kvt)
+      fail("flag --speculative-config: method extract_hidden_states needs a --kv-transfer-config "
+           "(where to write the hidden states)");
+    aux_layers = spec->aux_layer_ids;
+    spec.reset();
+  }
 
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, LoadOptions{dtype});
@@ -101,13 +118,40 @@ int cmd_serve(int argc, char** argv) {
     // SPS(B) over the step sizes this engine runs (profiled at start-up unless the config has it).
     policy = make_verify_policy(*spec, *model, dtype, eo.max_num_batched_tokens);
   }
+  std::unique_ptr<HiddenExportSink> exports;
+  if (kvt) {
+    // Which layers: the config's, extract_hidden_states' aux ids, or the drafter's own plus L
+    // (export while speculating: the drafter's taps are computed anyway).
+    std::vector<int> ids = !kvt->layer_ids.empty() ? kvt->layer_ids : aux_layers;
+    if (ids.empty()) {
+      if (!drafter || drafter->target_layers().empty())
+        fail("flag --kv-transfer-config: give kv_connector_extra_config.layer_ids (vLLM's ids), or "
+             "serve with a DSpark, DFlash or EAGLE-3 drafter (its layers are exported) or with "
+             "method extract_hidden_states");
+      ids = default_export_layers(drafter->target_layers(), cfg.num_layers);
+    }
+    exports = std::make_unique<HiddenExportSink>(*kvt, ids, cfg.num_layers);
+    eo.export_layers = exports->engine_layers();
+    eo.export_bf16 = dtype != DType::F32;
+    eo.on_export = [sink = exports.get()](HiddenExport&& e) { sink->on_export(std::move(e)); };
+    so.exports = exports.get();
+  }
   Engine engine(*model, *tok, eo, std::move(drafter), spec.value_or(SpecConfig{}),
                 std::move(policy));
   engine.start();
+  if (spec)
+    so.load_drafter = [&engine, &model, sc = *spec, dtype](const std::string& path) {
+      SpecConfig c = sc;
+      c.model = path;
+      return engine.swap_drafter(load_drafter(c, *model, dtype));
+    };
 
   HttpServer server(engine, so);
   server.bind();
   server.serve_until_signal([&](int port) {
+    if (exports)
+      std::fprintf(stderr, "dspark serve: exporting hidden states of %zu layers to %s\n",
+                   exports->layer_ids().size(), exports->store_url().c_str());
     if (spec)
       std::fprintf(stderr, "dspark serve: speculative decoding with %s, %d tokens per round%s\n",
                    spec_method_name(spec->method), engine.spec()->num_speculative_tokens,
@@ -117,6 +161,7 @@ int cmd_serve(int argc, char** argv) {
                  port, so.served_model_name.c_str());
   });
   engine.stop();
+  if (exports) exports->close();  // the finished requests' samples reach the store first
   std::fprintf(stderr, "dspark serve: stopped\n");
   return 0;
 }

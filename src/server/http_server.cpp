@@ -22,6 +22,7 @@
 
 #include "core/error.h"
 #include "server/errors.h"
+#include "server/hidden_export.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/output_channel.h"
@@ -82,7 +83,7 @@ const std::map<std::string, std::set<std::string>>& known_routes() {
       {"/version", {"GET", "HEAD"}},      {"/metrics", {"GET", "HEAD"}},
       {"/v1/models", {"GET", "HEAD"}},    {"/v1/completions", {"POST"}},
       {"/v1/chat/completions", {"POST"}}, {"/tokenize", {"POST"}},
-      {"/detokenize", {"POST"}},
+      {"/detokenize", {"POST"}},          {"/v1/load_drafter", {"POST"}},
   };
   return r;
 }
@@ -350,8 +351,10 @@ struct HttpServer::Impl {
     });
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
       guarded(res, [&] {
-        res.set_content(render_prometheus(engine.metrics(), model.name, engine.spec() != nullptr),
-                        kPrometheusContentType);
+        std::string text =
+            render_prometheus(engine.metrics(), model.name, engine.spec() != nullptr);
+        if (opt.exports) text += opt.exports->prometheus(model.name);
+        res.set_content(text, kPrometheusContentType);
       });
     });
     svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
@@ -373,6 +376,7 @@ struct HttpServer::Impl {
     post("/v1/chat/completions", &Impl::chat_completions);
     post("/tokenize", &Impl::tokenize);
     post("/detokenize", &Impl::detokenize);
+    post("/v1/load_drafter", &Impl::load_drafter);
     // Catch-alls for other bodies: read (and cap) the body, then 401 / 404 / 405, so a
     // keep-alive connection never reads a refused request's body as the next request.
     auto refuse = [this](const httplib::Request& req, httplib::Response& res,
@@ -403,6 +407,24 @@ struct HttpServer::Impl {
   }
 
   void ping(const httplib::Request&, httplib::Response& res, const std::string&) { health(res); }
+
+  // Hot drafter reload (behind the API key, as every /v1 route): {"path": DIR}.
+  void load_drafter(const httplib::Request&, httplib::Response& res, const std::string& body) {
+    const nlohmann::json j = parse_json_body(body);
+    if (!j.contains("path") || !j["path"].is_string() || j["path"].get<std::string>().empty())
+      throw bad_request("'path' must name a drafter directory", "path");
+    if (!opt.load_drafter)
+      throw bad_request("this server decodes without a drafter; nothing to reload", "path");
+    const std::string path = j["path"].get<std::string>();
+    int version = 0;
+    try {
+      version = opt.load_drafter(path);
+    } catch (const Error& e) {
+      throw bad_request(e.what(), "path");
+    }
+    std::fprintf(stderr, "dspark serve: drafter version %d loaded from %s\n", version, path.c_str());
+    send_json(res, {{"drafter_version", version}, {"path", path}});
+  }
   void completions(const httplib::Request& req, httplib::Response& res, const std::string& body) {
     generate(ApiKind::Completion, req, res, body);
   }
@@ -421,9 +443,21 @@ struct HttpServer::Impl {
     if (!req.has_header("x-request-id"))
       res.set_header("x-request-id", rid);  // else echoed already
     r.engine.request_id = rid;
+    if (r.export_hidden && !opt.exports)
+      throw bad_request(
+          "kv_transfer_params: this server exports no hidden states (start it with "
+          "--kv-transfer-config)",
+          "kv_transfer_params");
     ResponseMeta meta =
         make_response_meta(kind, rid, model.name, r.return_token_ids,
                            r.return_token_ids ? r.engine.prompt : std::vector<int32_t>{});
+    if (opt.exports && opt.exports->wants(r.export_hidden)) {
+      r.engine.export_hidden = true;
+      // Sampled live traffic (export_fraction) keeps the whole exchange.
+      r.engine.export_output_tokens = r.export_hidden ? r.include_output_tokens : true;
+      r.engine.export_handle = opt.exports->new_handle(rid);
+      if (r.export_hidden) meta.kv_transfer_params = {{"handle", r.engine.export_handle}};
+    }
 
     auto chan = std::make_shared<OutputChannel>();
     auto token = std::make_unique<InflightToken>(*this);

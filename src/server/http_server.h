@@ -26,6 +26,13 @@ struct ServerOptions {
   int write_timeout_s = 30;   // one that reads nothing for this long too (its request aborted)
   int http_threads = 128;     // connections served at once; a stream holds one thread
   int drain_timeout_s = 600;  // shutdown(): longest wait for responses still being written
+  // The hidden-states connector (--kv-transfer-config); null: requests with kv_transfer_params
+  // get 400. Must outlive the server.
+  class HiddenExportSink* exports = nullptr;
+  // POST /v1/load_drafter {"path": DIR}: loads the drafter in DIR and hands it to the engine
+  // (Engine::swap_drafter); returns the new version, throws Error naming the path or field.
+  // Empty: the route answers 400 (the server has no drafter).
+  std::function<int(const std::string& path)> load_drafter;
 };
 
 class HttpServer {

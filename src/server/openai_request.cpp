@@ -70,7 +70,6 @@ const std::map<std::string, std::vector<json>>& neutral_values() {
       {"audio", {}},
       {"web_search_options", {}},
       {"mm_processor_kwargs", {}},
-      {"kv_transfer_params", {}},
   };
   return v;
 }
@@ -81,7 +80,7 @@ FieldTable common_fields() {
   FieldTable t;
   for (const char* k : {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
                         "stop", "stop_token_ids", "n", "stream", "stream_options", "ignore_eos",
-                        "return_token_ids", "request_id"})
+                        "return_token_ids", "request_id", "kv_transfer_params"})
     t[k] = Field::Handled;
   for (const char* k : {"user", "priority", "cache_salt", "vllm_xargs",
                         "spaces_between_special_tokens", "metadata", "store", "service_tier"})
@@ -109,8 +108,7 @@ FieldTable common_fields() {
                         "guided_json",
                         "guided_regex",
                         "guided_choice",
-                        "guided_grammar",
-                        "kv_transfer_params"})
+                        "guided_grammar"})
     t[k] = Field::Neutral;
   return t;
 }
@@ -349,6 +347,18 @@ void parse_common(const json& body, const ServedModel& m, OpenAiRequest& r) {
     }
   }
   r.return_token_ids = get_bool(body, "return_token_ids").value_or(false);
+  // vLLM's kv_transfer_params: with the hidden-states connector, an object asks for export;
+  // include_output_tokens also exports the output's positions.
+  const json& kvp = field(body, "kv_transfer_params");
+  if (!kvp.is_null()) {
+    if (!kvp.is_object()) wrong_type("kv_transfer_params", "an object", kvp);
+    r.export_hidden = true;
+    if (kvp.contains("include_output_tokens")) {
+      const json& v = kvp["include_output_tokens"];
+      if (!v.is_boolean()) wrong_type("kv_transfer_params.include_output_tokens", "a boolean", v);
+      r.include_output_tokens = v.get<bool>();
+    }
+  }
   const json& rid = field(body, "request_id");
   if (!rid.is_null()) {
     if (!rid.is_string()) wrong_type("request_id", "a string", rid);

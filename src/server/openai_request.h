@@ -32,6 +32,8 @@ struct OpenAiRequest {
   bool include_usage = false;     // stream_options.include_usage
   bool return_token_ids = false;  // vLLM: prompt_token_ids and token_ids in the response
   std::string request_id;         // the body's vLLM "request_id", if any
+  bool export_hidden = false;     // kv_transfer_params given: export the hidden states
+  bool include_output_tokens = false;  // kv_transfer_params.include_output_tokens
   std::string max_tokens_param;   // "max_tokens" or "max_completion_tokens": the one given
 };
 

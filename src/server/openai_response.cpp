@@ -61,6 +61,7 @@ json completion_response(const ResponseMeta& meta, const std::string& text,
   }
   out["choices"] = json::array({std::move(choice)});
   out["usage"] = usage_json(prompt_tokens, completion_tokens);
+  if (!meta.kv_transfer_params.is_null()) out["kv_transfer_params"] = meta.kv_transfer_params;
   return out;
 }
 
@@ -82,6 +83,12 @@ json StreamFormatter::chunk(json choice) const {
             {"model", meta_.model},
             {"choices", json::array({std::move(choice)})}};
   if (include_usage_) c["usage"] = nullptr;  // OpenAI: null on every chunk but the last
+  return c;
+}
+
+// vLLM: kv_transfer_params with the response's end (the last chunk of a stream).
+json StreamFormatter::with_transfer(json c, bool last) const {
+  if (last && !meta_.kv_transfer_params.is_null()) c["kv_transfer_params"] = meta_.kv_transfer_params;
   return c;
 }
 
@@ -109,7 +116,7 @@ std::string StreamFormatter::on_output(const RequestOutput& out) {
                    {"logprobs", nullptr},
                    {"finish_reason", finish}};
     if (meta_.return_token_ids) choice["token_ids"] = out.token_ids;
-    events += sse_event(chunk(std::move(choice)));
+    events += sse_event(with_transfer(chunk(std::move(choice)), out.finished));
   } else {
     json choice = {
         {"index", 0}, {"text", out.text}, {"logprobs", nullptr}, {"finish_reason", finish}};
@@ -118,7 +125,7 @@ std::string StreamFormatter::on_output(const RequestOutput& out) {
         choice["prompt_token_ids"] = meta_.prompt_token_ids;  // vLLM: in the first chunk only
       choice["token_ids"] = out.token_ids;
     }
-    events += sse_event(chunk(std::move(choice)));
+    events += sse_event(with_transfer(chunk(std::move(choice)), out.finished));
   }
   first_ = false;
   if (out.finished) {

@@ -20,6 +20,9 @@ struct ResponseMeta {
   std::string model;    // the served model name
   bool return_token_ids = false;
   std::vector<int32_t> prompt_token_ids;
+  // vLLM's kv_transfer_params of the response ({"handle": ...} for an exported request); null:
+  // none.
+  nlohmann::ordered_json kv_transfer_params;
 };
 
 ResponseMeta make_response_meta(ApiKind kind, const std::string& request_id,
@@ -51,6 +54,7 @@ class StreamFormatter {
 
  private:
   nlohmann::ordered_json chunk(nlohmann::ordered_json choice) const;
+  nlohmann::ordered_json with_transfer(nlohmann::ordered_json c, bool last) const;
   ResponseMeta meta_;
   bool include_usage_;
   bool first_ = true;

@@ -20,6 +20,49 @@ const char* spec_method_name(SpecMethod m) {
   return "?";
 }
 
+namespace {
+
+// {"method": "extract_hidden_states", "num_speculative_tokens": 1, "draft_model_config":
+// {"hf_config": {"eagle_aux_hidden_state_layer_ids": [...]}}}, as vLLM takes it.
+SpecConfig parse_extract(const json& j, const std::string& where) {
+  SpecConfig c;
+  c.extract_hidden_states = true;
+  c.method_given = true;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "method") continue;
+    if (k == "num_speculative_tokens") {
+      if (it.value() != 1)
+        fail(where, ": field 'num_speculative_tokens' must be 1 for method extract_hidden_states, got ",
+             it.value().dump());
+    } else if (k == "draft_model_config") {
+      const json& d = it.value();
+      const json* ids = nullptr;
+      if (d.is_object() && d.contains("hf_config") && d["hf_config"].is_object() &&
+          d["hf_config"].contains("eagle_aux_hidden_state_layer_ids"))
+        ids = &d["hf_config"]["eagle_aux_hidden_state_layer_ids"];
+      if (!ids || !ids->is_array() || ids->empty())
+        fail(where, ": field 'draft_model_config.hf_config.eagle_aux_hidden_state_layer_ids' must be a "
+             "non-empty array of layer ids, got ", d.dump());
+      for (const json& v : *ids) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 4096)
+          fail(where, ": field 'eagle_aux_hidden_state_layer_ids' holds ", v.dump(),
+               "; layer ids are integers from 0 (the embeddings) to num_hidden_layers");
+        c.aux_layer_ids.push_back(v.get<int>());
+      }
+    } else {
+      fail(where, ": unknown field '", k, "' for method extract_hidden_states (supported: method, "
+           "num_speculative_tokens, draft_model_config)");
+    }
+  }
+  if (c.aux_layer_ids.empty())
+    fail(where, ": method extract_hidden_states needs "
+         "draft_model_config.hf_config.eagle_aux_hidden_state_layer_ids");
+  return c;
+}
+
+}  // namespace
+
 SpecConfig SpecConfig::parse(const std::string& text) {
   const std::string where = "--speculative-config";
   json j = json::parse(text, nullptr, false);
@@ -36,6 +79,7 @@ SpecConfig SpecConfig::parse(const std::string& text) {
     if (!v.is_number_integer()) fail(where, ": field '", key, "' must be an integer, got ", v.dump());
     return v.get<int64_t>();
   };
+  if (j.contains("method") && j["method"] == "extract_hidden_states") return parse_extract(j, where);
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
     if (k == "method") {
@@ -45,7 +89,7 @@ SpecConfig SpecConfig::parse(const std::string& text) {
       else if (m == "dflash") c.method = SpecMethod::DFlash;
       else if (m == "eagle3") c.method = SpecMethod::Eagle3;
       else if (m == "ngram") c.method = SpecMethod::Ngram;
-      else fail(where, ": field 'method' is '", m, "'; supported: dspark, dflash, eagle3, ngram");
+      else fail(where, ": field 'method' is '", m, "'; supported: dspark, dflash, eagle3, ngram, extract_hidden_states");
     } else if (k == "model") {
       c.model = str("model");
     } else if (k == "num_speculative_tokens") {

@@ -32,6 +32,12 @@ struct SpecConfig {
   // weight-only int8 (one scale per row) when it loads, halving the bytes a drafting round reads.
   // Empty: the drafter runs in the engine's dtype.
   std::string quantization;
+  // vLLM's "extract_hidden_states": no drafter; the target's hidden states at aux_layer_ids
+  // (draft_model_config.hf_config.eagle_aux_hidden_state_layer_ids, vLLM's ids: the residual
+  // stream entering layer i, num_hidden_layers the last layer's output before the final norm)
+  // are exported through the --kv-transfer-config connector. Decoding is plain.
+  bool extract_hidden_states = false;
+  std::vector<int> aux_layer_ids;
   bool method_given = false;       // 'method' was in the JSON (else the drafter's config decides)
 
   // Parses the JSON text. `method` may be omitted when the drafter's config names it.

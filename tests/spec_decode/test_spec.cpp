@@ -84,7 +84,18 @@ TEST(SpecConfig, ErrorsNameTheField) {
       {R"({"model": ")" + d + R"(", "quantization": "fp8"})", "field 'quantization' is 'fp8'"},
       {R"({"model": ")" + d + R"(", "quantization": 8})", "field 'quantization' must be a string"},
       {R"({"method": "ngram", "num_speculative_tokens": 3, "quantization": "int8"})", "'quantization' does not apply to method ngram"},
+      {R"({"method": "extract_hidden_states", "num_speculative_tokens": 1})", "needs draft_model_config"},
+      {R"({"method": "extract_hidden_states", "num_speculative_tokens": 2, "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1]}}})", "must be 1 for method extract_hidden_states"},
+      {R"({"method": "extract_hidden_states", "draft_model_config": {"hf_config": {}}})", "eagle_aux_hidden_state_layer_ids' must be"},
+      {R"({"method": "extract_hidden_states", "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1, -2]}}})", "holds -2"},
+      {R"({"method": "extract_hidden_states", "model": "x", "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [1]}}})", "unknown field 'model' for method extract_hidden_states"},
   };
+  {
+    const SpecConfig x = SpecConfig::parse(
+        R"({"method": "extract_hidden_states", "num_speculative_tokens": 1, "draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 6]}}})");
+    EXPECT_TRUE(x.extract_hidden_states);
+    EXPECT_EQ(x.aux_layer_ids, (std::vector<int>{2, 3, 6}));
+  }
   for (const auto& c : cases) {
     const std::string msg = error_of([&] { SpecConfig::parse(c.json); });
     EXPECT_NE(msg.find(c.fragment), std::string::npos) << c.json << "\n  -> " << msg;

@@ -141,6 +141,7 @@ namespace {
 
 // A location as comparable text: absolute, normalised, without a trailing separator.
 std::string location(const std::string& p) {
+  if (p.empty()) return p;  // a path flag not given (an online run's --data, no --init)
   std::error_code ec;
   fs::path a = fs::weakly_canonical(fs::absolute(p), ec);
   if (ec) a = fs::absolute(p);

@@ -3,9 +3,11 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <utility>
 
@@ -36,15 +38,18 @@ json DrafterTrainConfig::to_json() const {
           {"anchors", anchors}, {"epochs", epochs}, {"steps", steps}, {"batch", batch}, {"lr", lr},
           {"warmup_ratio", warmup_ratio}, {"min_lr_ratio", min_lr_ratio}, {"weight_decay", weight_decay}, {"clip", clip},
           {"ce_weight", ce_weight}, {"l1_weight", l1_weight}, {"conf_weight", conf_weight}, {"decay", decay},
-          {"validation_fraction", validation_fraction}, {"seed", seed}, {"precision", precision}, {"world_size", world_size}};
+          {"validation_fraction", validation_fraction}, {"seed", seed}, {"precision", precision}, {"world_size", world_size},
+          {"init", init}, {"online", online.enabled}, {"prompts", online.prompts}, {"store", online.store},
+          {"max_tokens", online.max_tokens}, {"target_layers", target_layers}};
 }
 
 namespace {
 
 struct Frozen {
   ModelConfig cfg;
-  torch::Tensor embed;    // [V, H]
-  torch::Tensor lm_head;  // [V, H]
+  torch::Tensor embed;       // [V, H]
+  torch::Tensor lm_head;     // [V, H]
+  torch::Tensor final_norm;  // model.norm.weight [H]: online samples carry the pre-norm state
   int mask_token = -1;
 };
 
@@ -55,6 +60,7 @@ Frozen load_frozen(const std::string& dir) {
   load_hf_weights(m, dir);
   f.embed = m->model->embed_tokens->weight.detach().clone();
   f.lm_head = m->lm_head_weight().detach().clone();
+  f.final_norm = m->model->norm->weight.detach().to(torch::kFloat32).contiguous().clone();
   // The reserved mask token of the tokenizer, else the last row of the vocabulary.
   f.mask_token = f.cfg.vocab_size - 1;
   if (fs::exists(fs::path(dir) / "tokenizer.json")) {
@@ -266,13 +272,24 @@ void all_reduce_sum(c10d::ProcessGroup* pg, torch::Tensor& t) {
   pg->allreduce(ts)->wait();
 }
 
-void save_drafter(torch::nn::Module& m, const DrafterConfig& dc, const std::string& dir, int vocab) {
+// `vocab_from`: a DSpark / DFlash drafter (an --init one) whose draft vocabulary (d2t / t2d, the
+// full head kept) the written drafter keeps.
+void save_drafter(torch::nn::Module& m, const DrafterConfig& dc, const std::string& dir, int vocab,
+                  const std::string& vocab_from = "") {
   fs::create_directories(dir);
   SafetensorsWriter w;
   for (const auto& p : m.named_parameters()) {
     auto t = p.value().detach().to(torch::kFloat32).contiguous();
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
     w.add_f32(p.key(), shape, t.data_ptr<float>(), t.dim() == 1 ? DType::F32 : DType::BF16);
+  }
+  std::unique_ptr<TensorStore> vocab_store;  // the views below point into it until write()
+  if (!vocab_from.empty() && dc.method != SpecMethod::Eagle3 && dc.draft_vocab_size > 0) {
+    vocab_store = TensorStore::open_dir(vocab_from);
+    for (const char* name : {"d2t", "t2d"}) {
+      const TensorView& t = vocab_store->get(name);
+      w.add(name, t.dtype, t.shape, t.data);
+    }
   }
   json cfg;
   if (dc.method == SpecMethod::Eagle3) {
@@ -363,6 +380,77 @@ void check_dataset(const HiddenDataset& data, const DrafterTrainConfig& c) {
   }
 }
 
+// The online flags, each error naming its flag (main.cpp's ranges, again for library callers).
+void check_online_config(const DrafterTrainConfig& c) {
+  const OnlineOptions& o = c.online;
+  if (!o.enabled) return;
+  if (!c.data.empty()) fail("flag --data: not used with --online (the samples come from --servers through --store)");
+  if (c.world_size != 1) fail("flag --world-size: --online trains in one process, got ", c.world_size);
+  if (o.max_tokens < 1) fail("flag --max-tokens must be at least 1, got ", o.max_tokens);
+  if (o.in_flight < 0) fail("flag --in-flight must be at least 0 (0: 2 per server), got ", o.in_flight);
+  if (o.queue < 0) fail("flag --queue must be at least 0 (0: 2 x --batch), got ", o.queue);
+  if (!(o.sample_timeout > 0) || !std::isfinite(o.sample_timeout))
+    fail("flag --sample-timeout must be a finite number of seconds above 0, got ", o.sample_timeout);
+  if (!(o.request_timeout > 0) || !std::isfinite(o.request_timeout))
+    fail("flag --request-timeout must be a finite number of seconds above 0, got ", o.request_timeout);
+  if (o.reload_every < 0) fail("flag --reload-every must be at least 0 (0: off), got ", o.reload_every);
+  if (c.init.empty() && c.target_layers.empty())
+    fail("flag --target-layers: --online without --init needs the target layers to tap (0-based, e.g. 1,3,4)");
+}
+
+// --init: the drafter's config.json gives the shape the flags would (method checked against
+// --method, which names it).
+void adopt_init_shape(DrafterTrainConfig& c, const DrafterConfig& d) {
+  if (d.method != c.method)
+    fail("flag --init: ", d.path, " is a ", spec_method_name(d.method), " drafter, but --method is ",
+         spec_method_name(c.method));
+  c.layers = d.layers.num_layers;
+  if (d.method == SpecMethod::DSpark) {
+    c.drafts = d.block_size;
+    c.markov_rank = d.markov_rank;
+    c.markov_head = d.markov_head_type;
+    c.confidence = d.confidence_head;
+  } else if (d.method == SpecMethod::DFlash) {
+    c.drafts = d.block_size - 1;
+  }
+  if (!c.target_layers.empty() && c.target_layers != d.target_layer_ids)
+    fail("flag --target-layers differs from the target_layer_ids of --init ", d.path);
+}
+
+// The --init drafter's config for this target: vocabulary and depth must be the target's.
+DrafterConfig init_drafter_config(DrafterConfig d, const Frozen& fz) {
+  if (d.num_target_layers && d.num_target_layers != fz.cfg.num_layers)
+    fail("flag --init: ", d.path, " was built for a ", d.num_target_layers, "-layer target, --target has ",
+         fz.cfg.num_layers);
+  if (d.layers.vocab_size != fz.cfg.vocab_size)
+    fail("flag --init: ", d.path, " has vocab_size ", d.layers.vocab_size, ", --target has ", fz.cfg.vocab_size);
+  if (d.method == SpecMethod::Eagle3 && d.draft_vocab_size > 0 && d.draft_vocab_size != fz.cfg.vocab_size)
+    fail("flag --init: ", d.path, " is an EAGLE-3 drafter with a reduced head (draft_vocab_size ",
+         d.draft_vocab_size, "); the trainer trains full-vocabulary EAGLE-3 heads");
+  if (d.mask_token_id < 0) d.mask_token_id = fz.mask_token;
+  d.num_target_layers = fz.cfg.num_layers;
+  d.sts_temperatures.clear();  // calibrated for the weights before training: stale after it
+  return d;
+}
+
+void check_layer_ids(const std::vector<int>& ids, const Frozen& fz, const std::string& what) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < -1 || ids[i] >= fz.cfg.num_layers)
+      fail(what, ": layer id ", ids[i], " is outside -1..", fz.cfg.num_layers - 1, " (the --target's layers)");
+    if (std::count(ids.begin(), ids.end(), ids[i]) > 1) fail(what, ": layer id ", ids[i], " is listed twice");
+  }
+}
+
+TargetNorm target_norm(const Frozen& fz) {
+  TargetNorm n;
+  n.num_layers = fz.cfg.num_layers;
+  n.hidden = fz.cfg.hidden_size;
+  n.eps = fz.cfg.rms_norm_eps;
+  const float* w = fz.final_norm.data_ptr<float>();
+  n.weight.assign(w, w + fz.final_norm.numel());
+  return n;
+}
+
 }  // namespace
 
 std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, const std::string& target_dir,
@@ -403,8 +491,15 @@ torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::stri
 
 double train_drafter(const DrafterTrainConfig& cfg) {
   DrafterTrainConfig c = cfg;
+  const bool online = c.online.enabled;
+  std::optional<DrafterConfig> init_dc;
+  if (!c.init.empty()) {
+    init_dc = DrafterConfig::load(c.init);
+    adopt_init_shape(c, *init_dc);
+  }
   if (c.layers == 0) c.layers = c.method == SpecMethod::Eagle3 ? 1 : 2;  // each method's usual depth
   check_config(c);
+  check_online_config(c);
   const bool bf16 = use_bf16(c.precision);
   const bool lead = c.rank == 0;
   // A resumed run must train the same drafter on the same data: checked against the run's own
@@ -416,26 +511,52 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     if (c.method == SpecMethod::DSpark)
       fields.insert(fields.end(), {{"markov_rank", "--markov-rank"}, {"markov_head", "--markov-head"},
                                    {"confidence", "--no-confidence"}});
+    fields.insert(fields.end(), {{"init", "--init", true}, {"online", "--online"}, {"prompts", "--prompts", true},
+                                 {"store", "--store"}, {"max_tokens", "--max-tokens"},
+                                 {"target_layers", "--target-layers"}});
     check_resume_config(c.out, latest_checkpoint_config(c.out), c.to_json(), fields);
   }
   if (lead && !precision_note(c.precision).empty()) std::fprintf(stderr, "%s\n", precision_note(c.precision).c_str());
   if (c.threads > 0) at::set_num_threads(c.threads);
   torch::manual_seed(c.seed);
-  HiddenDataset data = HiddenDataset::open(c.data);
-  check_dataset(data, c);
+  std::optional<HiddenDataset> data;
+  if (!online) {
+    data = HiddenDataset::open(c.data);
+    check_dataset(*data, c);
+  }
   Frozen fz = load_frozen(c.target);
-  if (data.hidden_size() != fz.cfg.hidden_size)
-    fail(c.data, ": hidden size ", data.hidden_size(), " differs from the --target's ", fz.cfg.hidden_size);
-  for (int id : data.layer_ids())
-    if (id >= fz.cfg.num_layers)
-      fail(c.data, ": layer id ", id, " is past the --target's ", fz.cfg.num_layers, " layers");
-  const DrafterConfig dc = drafter_config(c, fz, data.layer_ids());
-  const size_t n_total = data.size();
-  const size_t n_val = std::min(n_total / 2, size_t(std::ceil(double(n_total) * c.validation_fraction)));
-  const size_t n_train = n_total - n_val;
-  if (n_train == 0) fail(c.data, ": no training samples");
-  const int64_t steps_per_epoch = std::max<int64_t>(1, int64_t(n_train) / c.batch);
-  const int64_t total_steps = c.steps > 0 ? c.steps : steps_per_epoch * c.epochs;
+  std::vector<int> layer_ids;
+  if (data) {
+    if (data->hidden_size() != fz.cfg.hidden_size)
+      fail(c.data, ": hidden size ", data->hidden_size(), " differs from the --target's ", fz.cfg.hidden_size);
+    for (int id : data->layer_ids())
+      if (id >= fz.cfg.num_layers)
+        fail(c.data, ": layer id ", id, " is past the --target's ", fz.cfg.num_layers, " layers");
+    layer_ids = data->layer_ids();
+    if (init_dc && init_dc->target_layer_ids != layer_ids)
+      fail("flag --init: ", init_dc->path, " taps other target layers than --data ", c.data, " holds");
+  } else {
+    layer_ids = init_dc ? init_dc->target_layer_ids : c.target_layers;
+    check_layer_ids(layer_ids, fz, init_dc ? "flag --init " + init_dc->path : std::string("flag --target-layers"));
+  }
+  const DrafterConfig dc = init_dc ? init_drafter_config(*init_dc, fz) : drafter_config(c, fz, layer_ids);
+
+  // Where each step's samples come from: the dataset (shuffled epochs, a validation tail), or the
+  // online stream (each prompt's sample once; --steps defaults to prompts / batch).
+  std::unique_ptr<OnlineSource> src;
+  size_t n_total = 0, n_val = 0, n_train = 0;
+  int64_t total_steps = 0;
+  if (data) {
+    n_total = data->size();
+    n_val = std::min(n_total / 2, size_t(std::ceil(double(n_total) * c.validation_fraction)));
+    n_train = n_total - n_val;
+    if (n_train == 0) fail(c.data, ": no training samples");
+    const int64_t steps_per_epoch = std::max<int64_t>(1, int64_t(n_train) / c.batch);
+    total_steps = c.steps > 0 ? c.steps : steps_per_epoch * c.epochs;
+  } else {
+    src = std::make_unique<OnlineSource>(c.online, c.out, c.target, target_norm(fz), layer_ids, c.batch);
+    total_steps = c.steps > 0 ? c.steps : std::max<int64_t>(1, src->prompt_count() / c.batch);
+  }
 
   std::shared_ptr<torch::nn::Module> module;
   BlockDrafter block{nullptr};
@@ -448,13 +569,17 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     module = block.ptr();
   }
   init_weights(*module, c.seed);
+  if (init_dc) load_parameters(*module, c.init);  // errors name the tensor and the file
   torch::optim::AdamW opt(module->parameters(),
                           torch::optim::AdamWOptions(c.lr).betas({0.9, 0.999}).eps(1e-8).weight_decay(c.weight_decay));
   LrSchedule sched{c.lr, int64_t(std::ceil(c.warmup_ratio * double(total_steps))), total_steps, c.min_lr_ratio};
   auto pg = make_group(c);
 
   fs::create_directories(c.out);
-  const CheckpointState st = start_or_resume(c.out, c.resume, /*refuse_existing=*/lead, *module, opt);
+  // An online run that crashed before its first checkpoint resumes from its journal alone, with
+  // the starting weights.
+  const bool load = c.resume && (!online || latest_checkpoint(c.out));
+  const CheckpointState st = start_or_resume(c.out, load, /*refuse_existing=*/lead, *module, opt);
   int64_t step = st.step, tokens = st.tokens;
   std::unique_ptr<Progress> progress;
   if (lead) {
@@ -462,12 +587,24 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     if (!c.resume)
       progress->event({{"event", "start"}, {"method", spec_method_name(c.method)}, {"train_samples", n_train},
                        {"validation_samples", n_val}, {"steps", total_steps}, {"world_size", c.world_size},
-                       {"precision", bf16 ? "bf16" : "f32"},
+                       {"precision", bf16 ? "bf16" : "f32"}, {"online", online}, {"init", c.init},
                        {"trainable_parameters", [&] {
                           int64_t p = 0;
                           for (auto& t : module->parameters()) p += t.numel();
                           return p;
                         }()}});
+  }
+  // Stops the stream's workers before `progress`, which they log to, goes (an error unwinding).
+  struct StopFirst {
+    OnlineSource* s;
+    ~StopFirst() {
+      if (s) s->stop(false);
+    }
+  } stop_first{src.get()};
+  if (src) {
+    Progress* pr = progress.get();
+    src->start(c.resume, st.extra.is_object() ? st.extra.value("online_state", json()) : json(), (total_steps - step) * c.batch,
+               [pr](const json& e) { pr->event(e); });
   }
   // Epoch e visits the training samples in an order shuffled by (seed, e).
   auto sample_at = [&](int64_t global) {
@@ -480,7 +617,24 @@ double train_drafter(const DrafterTrainConfig& cfg) {
   };
   const int per_rank = c.batch / c.world_size;
   double last = 0;
-  int64_t run_steps = 0;
+  int64_t run_steps = 0, saved_step = st.step;
+  bool exhausted = false, stopped = false;
+  // The checkpoint of `step`; online, with the prompts trained so far, then their samples leave the
+  // store, then (every --reload-every steps) the servers load the drafter.
+  auto checkpoint = [&] {
+    json extra = c.to_json();
+    if (src) extra["online_state"] = src->checkpoint_state();
+    save_checkpoint(c.out, *module, opt, CheckpointState{step, tokens, extra});
+    saved_step = step;
+    if (!src) return;
+    src->checkpoint_saved();
+    if (c.online.reload_every > 0 && step % c.online.reload_every == 0) {
+      const fs::path dir = fs::absolute(fs::path(c.out) / ("drafter-step-" + std::to_string(step)));
+      save_drafter(*module, dc, dir.string(), fz.cfg.vocab_size, c.init);
+      progress->event({{"event", "reload"}, {"step", step}, {"path", dir.string()},
+                       {"answers", src->reload_drafter(dir.string())}});
+    }
+  };
   module->train();
   while (step < total_steps) {
     const double lr = sched.at(step);
@@ -488,17 +642,40 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     opt.zero_grad();
     double local_loss = 0;
     int64_t local_tokens = 0;
+    int taken = 0;
+    std::vector<OnlineItem> items;  // online: where this step's samples came from (no tensors)
     for (int i = 0; i < per_rank; ++i) {
-      const int64_t global = step * c.batch + int64_t(c.rank) * per_rank + i;
-      auto [idx, epoch] = sample_at(global);
-      HiddenDataset::Sample s = data.load(idx);
+      HiddenDataset::Sample s;
+      uint64_t anchor_seed;
+      if (src) {
+        std::optional<OnlineItem> it = src->pop();
+        if (!it) break;
+        s = std::move(it->sample);
+        anchor_seed = c.seed * 1000003ull + uint64_t(it->prompt) * 7919ull;
+        items.push_back(std::move(*it));
+      } else {
+        const int64_t global = step * c.batch + int64_t(c.rank) * per_rank + i;
+        auto [idx, epoch] = sample_at(global);
+        s = data->load(idx);
+        anchor_seed = c.seed * 1000003ull + idx * 7919ull + epoch;
+      }
+      ++taken;
       local_tokens += int64_t(s.tokens.size());
-      torch::Tensor loss = c.method == SpecMethod::Eagle3
-                               ? eagle3_sequence_loss(eagle, fz, s, c, bf16)
-                               : block_sequence_loss(block, fz, s, c, bf16, c.seed * 1000003ull + idx * 7919ull + epoch, nullptr);
+      torch::Tensor loss = c.method == SpecMethod::Eagle3 ? eagle3_sequence_loss(eagle, fz, s, c, bf16)
+                                                          : block_sequence_loss(block, fz, s, c, bf16, anchor_seed, nullptr);
       if (!loss.defined()) continue;
       (loss / double(c.batch)).backward();
       local_loss += loss.item<double>() / double(c.batch);
+    }
+    if (taken == 0) {  // online: every prompt is trained, failed or not needed
+      exhausted = true;
+      break;
+    }
+    if (taken < per_rank) {  // the stream's last, short step: the mean over the samples it has
+      const double scale = double(per_rank) / double(taken);
+      for (auto& p : module->parameters())
+        if (p.grad().defined()) p.mutable_grad().mul_(scale);
+      local_loss *= scale;
     }
     // Average gradients over processes (each holds sum_i loss_i / batch of its share).
     for (auto& p : module->parameters()) {
@@ -511,33 +688,52 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     opt.step();
     last = stats[0].item<double>();
     tokens += int64_t(stats[1].item<double>());
-    if (lead) progress->step(step, tokens, {{"loss", last}, {"lr", lr}, {"grad_norm", grad_norm}});
+    for (const OnlineItem& it : items) src->trained(it, step + 1);
+    if (lead) {
+      json fields = {{"loss", last}, {"lr", lr}, {"grad_norm", grad_norm}};
+      if (src) {
+        fields.update(src->step_fields());
+        fields["samples"] = taken;
+        progress->set_status(src->status_line());
+      }
+      progress->step(step, tokens, fields);
+    }
     ++step;
     ++run_steps;
     const bool stop_now = run_steps == c.stop_after;
-    if (lead && (step % c.save_every == 0 || step == total_steps || stop_now))
-      save_checkpoint(c.out, *module, opt, CheckpointState{step, tokens, c.to_json()});
-    if (stop_now) break;
+    if (lead && (step % c.save_every == 0 || step == total_steps || stop_now)) checkpoint();
+    if (stop_now) {
+      stopped = step < total_steps;
+      break;
+    }
   }
-  if (lead && step == total_steps) {
-    // Validation loss on held-out samples.
+  const bool finished = !stopped && (step == total_steps || exhausted);
+  if (lead && src && finished && saved_step != step) checkpoint();
+  if (lead && finished && (src || step == total_steps)) {
+    // Validation loss on held-out samples (offline).
     torch::NoGradGuard ng;
     module->eval();
     double vsum = 0;
     int vcount = 0;
     for (size_t i = n_train; i < n_total; ++i) {
-      HiddenDataset::Sample s = data.load(i);
+      HiddenDataset::Sample s = data->load(i);
       torch::Tensor loss = c.method == SpecMethod::Eagle3 ? eagle3_sequence_loss(eagle, fz, s, c, bf16)
                                                           : block_sequence_loss(block, fz, s, c, bf16, c.seed + i, nullptr);
       if (!loss.defined()) continue;
       vsum += loss.item<double>();
       ++vcount;
     }
-    save_drafter(*module, dc, (fs::path(c.out) / "drafter").string(), fz.cfg.vocab_size);
-    progress->event({{"event", "done"}, {"step", step}, {"validation_loss", vcount ? vsum / vcount : 0.0},
-                     {"drafter", (fs::path(c.out) / "drafter").string()}});
+    save_drafter(*module, dc, (fs::path(c.out) / "drafter").string(), fz.cfg.vocab_size, c.init);
+    json done = {{"event", "done"}, {"step", step}, {"drafter", (fs::path(c.out) / "drafter").string()}};
+    if (!src) done["validation_loss"] = vcount ? vsum / vcount : 0.0;
+    if (src) {
+      src->stop(/*complete=*/true);  // and the sweep: nothing of this run stays in the store
+      done["online"] = src->summary();
+    }
+    progress->event(done);
     progress->finish();
   }
+  if (src) src->stop(false);
   return last;
 }
 

@@ -1,6 +1,8 @@
 // Drafter training on extracted target hidden states (dspark datagen hidden): DSpark (Markov
 // and confidence heads), the DFlash baseline (same backbone, CE only), and EAGLE-3 with
 // training-time-test unrolling. Data-parallel across processes over libtorch's gloo group.
+// Online (cfg.online.enabled, train/online_source.h): the samples come from serving engines that
+// export hidden states to a store, each trained exactly once across crashes and --resume.
 #pragma once
 
 #include <torch/torch.h>
@@ -11,13 +13,20 @@
 
 #include "datagen/hidden_dataset.h"
 #include "spec_decode/spec_config.h"
+#include "train/online_source.h"
 
 namespace dspark::train {
 
 struct DrafterTrainConfig {
   SpecMethod method = SpecMethod::DSpark;
   std::string target;  // target HF directory (config, frozen embeddings and lm_head)
-  std::string data;    // hidden-state dataset (dspark datagen hidden)
+  std::string data;    // hidden-state dataset (dspark datagen hidden); empty online
+  // An existing drafter to start from (its config.json gives the method's shape: layers, block
+  // size, Markov head, confidence head, target layers); empty: fresh weights.
+  std::string init;
+  // Online without --init: the target layers to tap (0-based outputs, -1 the embeddings).
+  std::vector<int> target_layers;
+  OnlineOptions online;
   std::string out;     // run directory; the drafter is written to OUT/drafter
   int layers = 0;      // decoder layers (EAGLE-3: the fused first layer, then plain ones); 0: 2, EAGLE-3 1
   int drafts = 8;      // drafts per pass: DSpark gamma, DFlash block - 1, EAGLE-3 TTT steps
@@ -60,7 +69,7 @@ torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::stri
                                  const datagen::HiddenDataset::Sample& s, int64_t anchor, bool bf16 = false);
 
 // Trains and writes OUT/drafter in the format the engine loads. Returns the last step's
-// (all-process mean) loss. Refuses (Error naming the flag, manifest field or file) settings out of
+// (all-process mean) loss (0 when an online run trained nothing). Refuses (Error naming the flag, manifest field or file) settings out of
 // range, an unfinished dataset, a dataset of another target, and a resume that differs from the
 // run it resumes in method, target, data or shape.
 double train_drafter(const DrafterTrainConfig& cfg);

@@ -176,13 +176,31 @@ int cmd_drafter(int argc, char** argv) {
       .flag("resume", "continue from the latest checkpoint in --out", false)
       .flag("rank", "this process's rank (data parallel)", true, "0")
       .flag("world-size", "number of processes (data parallel over gloo)", true, "1")
-      .flag("master-port", "rendezvous port on 127.0.0.1", true, "29511");
+      .flag("master-port", "rendezvous port on 127.0.0.1", true, "29511")
+      .flag("init", "start from this drafter's weights (its config.json gives layers, drafts, heads, target layers)")
+      .flag("online", "train on hidden states that --servers export to --store as they answer --prompts", false)
+      .flag("prompts", "online: JSONL prompts ({\"prompt\": ...} or {\"turns\": [...]}, optional \"system\")")
+      .flag("servers", "online: comma-separated server URLs (http://HOST:PORT,...)")
+      .flag("store", "online: the hidden-states store (redis://HOST:PORT/DB or file:DIR)")
+      .flag("target-layers", "online without --init: target layers to tap, 0-based (-1: embeddings), e.g. 1,3,4")
+      .flag("max-tokens", "online: response tokens per prompt", true, "128")
+      .flag("in-flight", "online: requests at once over all servers (0: 2 per server)", true, "0")
+      .flag("queue", "online: verified samples held for training (0: 2 x --batch)", true, "0")
+      .flag("api-key", "online: the servers' API key (Authorization: Bearer)")
+      .flag("sample-timeout", "online: seconds to wait for a sample in the store", true, "120")
+      .flag("request-timeout", "online: seconds per HTTP request", true, "600")
+      .flag("server-wait", "online: seconds to wait for each server's GET /v1/models at the start", true, "120")
+      .flag("reload-every", "online: write OUT/drafter-step-K and POST /v1/load_drafter every N steps (0: off)",
+            true, "0");
   a.parse(argc, argv);
   if (a.help_requested()) {
     std::cout << a.usage("train drafter",
                          "Trains a DSpark, DFlash or EAGLE-3 drafter on target hidden states and "
                          "writes OUT/drafter\n"
-                         "in the format dspark generate --speculative-config loads.");
+                         "in the format dspark generate --speculative-config loads. The hidden states "
+                         "come from --data\n"
+                         "(dspark datagen hidden), or with --online from serving engines "
+                         "(docs/online-training.md).");
     return 0;
   }
   DrafterTrainConfig c;
@@ -196,7 +214,28 @@ int cmd_drafter(int argc, char** argv) {
   else
     fail("flag --method must be dspark, dflash or eagle3, got '", m, "'");
   c.target = a.str("target");
-  c.data = a.str("data");
+  c.online.enabled = a.on("online");
+  if (c.online.enabled) {
+    if (a.opt("data")) fail("flag --data: not used with --online (the samples come from --servers through --store)");
+    c.online.prompts = a.str("prompts");
+    c.online.servers = split_list(a.str("servers"));
+    if (c.online.servers.empty()) fail("flag --servers: no server URL in '", a.str("servers"), "'");
+    c.online.store = a.str("store");
+    if (auto k = a.opt("api-key")) c.online.api_key = *k;
+    c.online.max_tokens = int(a.integer("max-tokens", 1, kFlagIntMax));
+    c.online.in_flight = int(a.integer("in-flight", 0, 4096));
+    c.online.queue = int(a.integer("queue", 0, kMaxBatch));
+    c.online.sample_timeout = a.number("sample-timeout", 0.001, 1e7);
+    c.online.request_timeout = a.number("request-timeout", 0.001, 1e7);
+    c.online.server_wait = a.number("server-wait", 0, 1e7);
+    c.online.reload_every = a.integer("reload-every", 0, kFlagInt64Max);
+    if (a.opt("target-layers")) c.target_layers = a.int_list("target-layers", -1, 1 << 16);
+  } else {
+    for (const char* f : {"prompts", "servers", "store", "api-key", "target-layers"})
+      if (a.opt(f)) fail("flag --", f, " needs --online");
+    c.data = a.str("data");
+  }
+  if (auto i = a.opt("init")) c.init = *i;
   c.out = a.str("out");
   c.layers = int(a.integer("layers", 0, kMaxDraftLayers));
   c.drafts = int(a.integer("drafts", 1, kMaxDrafts));

@@ -29,7 +29,13 @@ Progress::~Progress() {
   if (log_) std::fclose(log_);
 }
 
+void Progress::set_status(std::string status) {
+  std::lock_guard<std::mutex> lock(mu_);
+  status_ = std::move(status);
+}
+
 void Progress::step(int64_t step, int64_t tokens, nlohmann::json f) {
+  std::lock_guard<std::mutex> lock(mu_);
   const double now = now_seconds();
   if (start_step_ < 0) {
     start_step_ = step;
@@ -54,14 +60,15 @@ void Progress::step(int64_t step, int64_t tokens, nlohmann::json f) {
     const int filled = int(width * double(step + 1) / double(std::max<int64_t>(total_, 1)));
     std::string bar(size_t(filled), '#');
     bar.resize(width, '.');
-    std::fprintf(stderr, "%s[%s] %ld/%ld loss %.4f | %.0f tok/s | lr %.2e | ETA %s%s", tty_ ? "\r" : "", bar.c_str(),
-                 long(step + 1), long(total_), f["loss"].get<double>(), tok_s, f.value("lr", 0.0),
-                 format_duration(eta).c_str(), tty_ ? "   " : "\n");
+    std::fprintf(stderr, "%s[%s] %ld/%ld loss %.4f | %.0f tok/s | lr %.2e | ETA %s%s%s%s", tty_ ? "\r" : "",
+                 bar.c_str(), long(step + 1), long(total_), f["loss"].get<double>(), tok_s, f.value("lr", 0.0),
+                 format_duration(eta).c_str(), status_.empty() ? "" : " | ", status_.c_str(), tty_ ? "   " : "\n");
     std::fflush(stderr);
   }
 }
 
 void Progress::event(nlohmann::json f) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (log_) {
     std::fprintf(log_, "%s\n", f.dump().c_str());
     std::fflush(log_);
@@ -71,6 +78,7 @@ void Progress::event(nlohmann::json f) {
 }
 
 void Progress::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
   if (tty_) std::fprintf(stderr, "\n");
 }
 

@@ -1,7 +1,9 @@
-// Training progress: a one-line progress bar on stderr and a JSONL log of every step.
+// Training progress: a one-line progress bar on stderr and a JSONL log of every step. Thread-safe
+// (the online trainer's workers log events while the training thread logs steps).
 #pragma once
 
 #include <cstdio>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -16,6 +18,9 @@ class Progress {
   void step(int64_t step, int64_t tokens, nlohmann::json fields);
   void event(nlohmann::json fields);  // e.g. evaluation results, checkpoints
   void finish();
+  // Text appended to the progress line from the next step on (e.g. the online trainer's
+  // samples/s, store backlog and requests per server).
+  void set_status(std::string status);
 
  private:
   int64_t total_;
@@ -25,6 +30,8 @@ class Progress {
   double last_print_ = 0;
   int64_t start_step_ = -1;
   int64_t start_tokens_ = 0;
+  std::string status_;
+  std::mutex mu_;
 };
 
 std::string format_duration(double seconds);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/bench_prompts.h"
+#include "cli/bench_connector.h"
 #include "cli/bench_serve.h"
 #include "cli/bench_spec_report.h"
 #include "cli/commands.h"
@@ -319,7 +320,8 @@ int cmd_bench(int argc, char** argv) {
       "  memory   DRAM read bandwidth\n"
       "  spec     plain vs speculative generation over a prompt set (acceptance, speedup)\n"
       "  serve    streaming HTTP load against dspark serve: TTFT, TPOT, ITL, tok/s, acceptance;\n"
-      "           --sweep over concurrency for plain, DSpark full blocks and adaptive DSpark\n";
+      "           --sweep over concurrency for plain, DSpark full blocks and adaptive DSpark\n"
+      "  connector  hidden-state samples per second through the connector's store (Redis, dir)\n";
   if (argc < 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
     std::cout << usage;
     return argc < 1 ? 2 : 0;
@@ -329,6 +331,7 @@ int cmd_bench(int argc, char** argv) {
   if (what == "memory") return bench_memory(argc - 1, argv + 1);
   if (what == "spec") return bench_spec(argc - 1, argv + 1);
   if (what == "serve") return bench_serve(argc - 1, argv + 1);
+  if (what == "connector") return bench_connector(argc - 1, argv + 1);
   fail("unknown benchmark '", what, "'\n", usage);
 }
 

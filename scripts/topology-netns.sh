@@ -62,12 +62,15 @@ for h in "${HOSTS[@]}"; do
   i=$((i + 1))
 done
 on() { local h=$1; shift; ip netns exec "dsp-$h" "$@"; }
-on serve1 ping -c 1 -W 2 10.77.0.1 > /dev/null || { echo "topology-netns: the hosts cannot reach each other over the bridge" >&2; exit 1; }
 
 on redis redis-server --bind 10.77.0.1 --port 6379 --protected-mode no --dir "$WORK" --save "" \
   --appendonly yes --appendfsync always > "$WORK/redis.log" 2>&1 &
 PIDS+=("$!")
 for _ in $(seq 100); do on train redis-cli -h 10.77.0.1 ping > /dev/null 2>&1 && break; sleep 0.1; done
+for h in serve1 serve2 train; do  # every host reaches the store across the bridge
+  on "$h" redis-cli -h 10.77.0.1 ping > /dev/null 2>&1 ||
+    { echo "topology-netns: host $h cannot reach 10.77.0.1 over the bridge" >&2; exit 1; }
+done
 STORE="redis://10.77.0.1:6379/0"
 KVT='{"kv_connector": "HiddenStatesConnector", "kv_role": "kv_producer", "kv_connector_extra_config": {"store": "'"$STORE"'"}}'
 SPEC='{"method": "dspark", "model": "'"$MODELS/demo-dspark"'", "num_speculative_tokens": 8}'

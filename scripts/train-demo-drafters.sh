@@ -17,7 +17,8 @@
 # time of 800 DSpark steps), BATCH (sequences per step, 16), ANCHORS (per sequence, 64), DRAFTS
 # (gamma, 8), LAYERS (decoder layers of every method: the same depth, 2), PRECISION (auto: bf16
 # autocast where the CPU has AVX512-BF16 or AMX, else f32), ALL_PROMPTS_T1 (1: also every
-# held-out prompt at T=1; 0: skip), VOCAB (draft vocabulary of the DSpark drafter, 2048 ids; 0: none).
+# held-out prompt at T=1; 0: skip), VOCAB (draft vocabulary of the DSpark drafter, 2048 ids; 0: none),
+# DSPARK_INIT (a DSpark drafter to start the DSpark run from, e.g. models/demo-dspark; empty: random).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-drafters}
@@ -63,6 +64,7 @@ for method in $METHODS; do
   if [ ! -f "$WORK/$method/drafter/config.json" ]; then
     resume=()
     [ -f "$WORK/$method/latest" ] && resume=(--resume)
+    [ "$method" = dspark ] && [ -n "${DSPARK_INIT:-}" ] && resume+=(--init "$DSPARK_INIT")
     start=$(date +%s)
     "$BIN/dspark" train drafter --method "$method" --target "$TARGET" --data "$WORK/hidden" --out "$WORK/$method" \
       --layers "$LAYERS" --drafts "$DRAFTS" --anchors "$ANCHORS" --steps "$steps" --batch "$BATCH" --threads 2 \

@@ -150,22 +150,30 @@ case "$FAULT" in
     sleep 2
     start_redis ;;
   corrupt)
-    # Overwrite 4 bytes of the first 3 hidden_states tensors that appear, before their manifest
-    # is read (the trainer polls every 50 ms; this every 10). Only first attempts (the trainer's
-    # request ids end in -a<attempt>): a prompt's redo is left alone, or three hits on one prompt
-    # would use up its attempts.
-    seen=""
-    for _ in $(seq 3000); do
-      for k in $(rcli --scan --pattern '*-a0-*:hidden_states' 2>/dev/null); do
-        [[ " $seen " == *" $k "* ]] && continue
-        # Only if it still exists (SETRANGE would create a consumed key again).
+    # Overwrite 4 bytes of hidden_states tensors that the trainer cannot have read yet: the
+    # trainer is stopped (SIGSTOP), and only tensors that appear in the store after the stop
+    # (requests in flight that the servers finish meanwhile) are overwritten, then it continues.
+    # A tensor already in the store at the stop may have been fetched, so it is left alone;
+    # every overwritten one must then be caught. Only first attempts (the trainer's request ids
+    # end in -a<attempt>): a prompt's redo is left alone, or hits on one prompt would use up its
+    # attempts.
+    first_attempts() { rcli --scan --pattern '*-a0-*:hidden_states' 2>/dev/null | sort; }
+    for _ in $(seq 50); do
+      kill -0 "$TPID" 2>/dev/null || break
+      kill -STOP "$TPID"
+      before=$(first_attempts)
+      for _ in $(seq 30); do
+        new=$(comm -13 <(echo "$before") <(first_attempts))
+        [[ -n "$new" ]] && break
+        sleep 0.1
+      done
+      for k in $new; do
         r=$(rcli eval "if redis.call('exists', KEYS[1]) == 1 then redis.call('setrange', KEYS[1], 64, 'ZZZZ') return 1 end return 0" 1 "$k")
         [[ "$r" == 1 ]] && CORRUPTED=$((CORRUPTED + 1))
-        seen="$seen $k"
       done
-      [[ $CORRUPTED -ge 3 ]] && break
-      kill -0 "$TPID" 2>/dev/null || break
-      sleep 0.01
+      kill -CONT "$TPID"
+      [[ $CORRUPTED -ge 1 ]] && break
+      sleep 0.2
     done
     echo "corrupted $CORRUPTED stored tensors" ;;
   resume_trainer)
@@ -200,10 +208,10 @@ left=$(rcli dbsize)
 [[ "$left" == 0 ]] || die "$left keys left in the store: $(rcli --scan | head -5 | tr '\n' ' ')"
 if [[ "$FAULT" == corrupt ]]; then
   [[ $CORRUPTED -ge 1 ]] || die "nothing was corrupted (the samples went too fast)"
-  # A tensor can be read before it is overwritten, so not every overwrite is caught; one must be.
+  # Every overwritten tensor was written after the trainer stopped, so each must be caught.
   caught=$(grep -c '"event":"corrupt_sample".*CRC32' "$OUT/train_log.jsonl" || true)
   echo "CRC failures reported: $caught of $CORRUPTED overwritten"
-  [[ $caught -ge 1 ]] || die "no CRC failure was reported"
+  [[ $caught -ge $CORRUPTED ]] || die "only $caught of $CORRUPTED overwritten tensors were caught by the CRC"
 fi
 if [[ "$FAULT" == kill_server ]]; then
   s0=$(grep -c . "$WORK/serve0.log" || true)

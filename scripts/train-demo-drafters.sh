@@ -64,11 +64,12 @@ for method in $METHODS; do
   if [ ! -f "$WORK/$method/drafter/config.json" ]; then
     resume=()
     [ -f "$WORK/$method/latest" ] && resume=(--resume)
-    [ "$method" = dspark ] && [ -n "${DSPARK_INIT:-}" ] && resume+=(--init "$DSPARK_INIT")
+    init=()
+    [ "$method" = dspark ] && [ -n "${DSPARK_INIT:-}" ] && init=(--init "$DSPARK_INIT")
     start=$(date +%s)
     "$BIN/dspark" train drafter --method "$method" --target "$TARGET" --data "$WORK/hidden" --out "$WORK/$method" \
       --layers "$LAYERS" --drafts "$DRAFTS" --anchors "$ANCHORS" --steps "$steps" --batch "$BATCH" --threads 2 \
-      --precision "$PRECISION" --save-every 50 "${resume[@]}"
+      --precision "$PRECISION" --save-every 50 "${resume[@]}" "${init[@]}"
     echo "{\"method\": \"$method\", \"train_seconds\": $(($(date +%s) - start))}" > "$WORK/$method/train_time.json"
   fi
 done

@@ -1,12 +1,16 @@
 // Load: rounds of CLIENTS concurrent streaming requests (chat and completions, greedy and seeded
 // sampling, with include_usage) against `dspark serve` with the DSpark drafter and
 // --max-num-seqs 16, on loopback. Every request must succeed and be complete (200, SSE, every
-// data line JSON, [DONE] last, exactly one finish_reason, usage within max_tokens); a request's
-// text must be the same in every round and when it runs alone (its output depends only on the
-// request); the counters must add up; and the server's RSS after the run must be within 10% of
-// its RSS after the warm-up round.
+// data line JSON, [DONE] last, exactly one finish_reason, usage within max_tokens); the counters
+// must add up; and the server's RSS after the run must be within 10% of its RSS after the warm-up
+// round. With --dtype f32 a request's text must also be the same in every round and when it runs
+// alone (its output depends only on the request: the f32 kernels sum in an order that does not
+// depend on the batch). In bf16 a step's row count picks the kernels' summation order, so a
+// near-tie can resolve differently in another crowd (docs/serving.md); the texts that differ
+// between rounds are counted, not failed.
 //   node load_test.mjs --dspark BIN --model DIR --drafter DIR [--threads N] [--clients 64]
 //        [--max-tokens 32] [--rounds 2] [--warmup-rounds 1] [--duration SECONDS] [--no-spec 1]
+//        [--dtype f32|bf16]
 // With --duration it repeats rounds until that many seconds have passed (scripts/serve_soak.sh).
 import {
   Checker, getMetrics, metric, metricSum, parseArgs, pollMetrics, request, readSSE, rssKiB, run, sleep, specConfig, trunc,
@@ -19,6 +23,9 @@ const ROUNDS = opt.rounds || 2;
 const DURATION_S = opt.duration || 0;
 const MAX_NUM_SEQS = opt.max_num_seqs || 16;
 const WARMUP_ROUNDS = opt.warmup_rounds || 1;  // RSS is measured after these
+const DTYPE = opt.dtype || "bf16";
+if (DTYPE !== "f32" && DTYPE !== "bf16") throw new Error(`--dtype must be f32 or bf16, got ${JSON.stringify(DTYPE)}`);
+const EXACT = DTYPE === "f32";  // texts must repeat exactly
 const NAME = "dspark-demo";
 const t = new Checker(DURATION_S ? "serve_soak" : "load_test");
 
@@ -104,7 +111,7 @@ const totals = (m) => ({
 });
 
 await run(t, async (start) => {
-  const args = ["--served-model-name", NAME, "--max-num-seqs", String(MAX_NUM_SEQS), "--max-model-len", "512"];
+  const args = ["--served-model-name", NAME, "--max-num-seqs", String(MAX_NUM_SEQS), "--max-model-len", "512", "--dtype", DTYPE];
   if (!opt.no_spec) args.push("--speculative-config", specConfig(opt.drafter));
   const server = await start({ dspark: opt.dspark, model: opt.model, threads: opt.threads, args });
   const m0 = await getMetrics(server);
@@ -139,8 +146,9 @@ await run(t, async (start) => {
     all.push(...res);
     // The same request gives the same text in every round.
     const diff = res.filter((x) => !x.error && !warm[x.i].error && x.text !== warm[x.i].text);
-    t.check(`round ${r}: every request's text equals its warm-up text`, diff.length === 0,
-      diff.slice(0, 4).map((x) => `#${x.i} ${JSON.stringify(body(x.i).body.temperature)}: warm-up ${JSON.stringify(warm[x.i].text)}\n    now ${JSON.stringify(x.text)}`).join("\n"));
+    const shown = diff.slice(0, 4).map((x) => `#${x.i} ${JSON.stringify(body(x.i).body.temperature)}: warm-up ${JSON.stringify(warm[x.i].text)}\n    now ${JSON.stringify(x.text)}`).join("\n");
+    if (EXACT) t.check(`round ${r}: every request's text equals its warm-up text`, diff.length === 0, shown);
+    else console.log(`round ${r}: ${diff.length} of ${res.length} texts differ from the warm-up round (bf16: not checked)` + (diff.length ? `\n${shown}` : ""));
     if (DURATION_S) {
       await idle(server, undefined, `after round ${r}`);
       rss.push(rssKiB(server.pid));
@@ -175,7 +183,8 @@ await run(t, async (start) => {
   for (const i of [0, 1, 2, 3]) {
     const r = await one(server, i, "alone");
     t.check(`request #${i} alone: complete`, !r.error, r.error);
-    t.equal(`request #${i} alone: same text as in the batch`, r.text, warm[i].text);
+    if (EXACT) t.equal(`request #${i} alone: same text as in the batch`, r.text, warm[i].text);
+    else console.log(`request #${i} alone: ${r.text === warm[i].text ? "same text" : "another text"} as in the batch (bf16: not checked)`);
   }
   const h = await request(`${server.url}/health`, { method: "GET" });
   t.check("/health after the load", h.status === 200, `${h.status}`);

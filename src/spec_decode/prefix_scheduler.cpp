@@ -26,6 +26,11 @@ PrefixScheduler::Gate& PrefixScheduler::gate(int requests) {
   return gates_[b];
 }
 
+double PrefixScheduler::measured_gain(int requests) const {
+  const size_t b = size_t(std::bit_width(unsigned(std::max(1, requests))) - 1);
+  return b < gates_.size() && gates_[b].measured() ? gates_[b].rate_gain() : 0.0;
+}
+
 double PrefixScheduler::predicted_gain(int requests) const {
   const size_t b = size_t(std::bit_width(unsigned(std::max(1, requests))) - 1);
   return b < gates_.size() ? gates_[b].gain : 0.0;
@@ -35,9 +40,21 @@ bool PrefixScheduler::should_draft(int requests, int /*other_tokens*/) {
   if (!learn_) return true;  // no drafting cost measured: Algorithm 1 alone decides
   ++steps_;
   Gate& g = gate(requests);
-  if (g.drafting) return true;
+  if (g.drafting) {
+    // Now and then a plain step, so that what drafting is judged against is measured too.
+    // Rarely while drafting wins by far: there the plain steps' exact rate decides nothing.
+    const int every = g.p_n < kMeasuredMin                         ? kExploreFirst
+                      : g.measured() && g.rate_gain() >= kFarAhead ? kExploreRarely
+                                                                   : kExploreEvery;
+    if (++g.since_plain >= every) {
+      g.since_plain = 0;
+      return false;
+    }
+    return true;
+  }
   if (steps_ - g.last_step >= g.probe_every) {
-    g.last_step = steps_;  // a probe; choose() decides from its prediction whether drafting resumes
+    // A probe: its prediction or its measurement decides whether drafting resumes.
+    g.last_step = steps_;
     return true;
   }
   return false;
@@ -60,9 +77,41 @@ void PrefixScheduler::observe_drafting(double seconds) {
   learn_cost(seconds, observed_, draft_s_, draft_q_, step_seconds(1) * kCostGrid);
 }
 
-void PrefixScheduler::observe_step(int /*requests*/, bool drafted, int /*tokens*/, double seconds,
+void PrefixScheduler::observe_step(int requests, bool drafted, int tokens, double seconds,
                                    int decode_rows, int other_rows) {
-  if (!learn_ || drafted || !(seconds > 0) || decode_rows <= 0) return;
+  if (!learn_ || !(seconds > 0) || decode_rows <= 0) return;
+  // The measured judge: decayed tokens and seconds of each kind of step at this load.
+  Gate& g = gate(requests);
+  if (drafted) {
+    g.d_tok = kRateDecay * g.d_tok + double(tokens);
+    g.d_sec = kRateDecay * g.d_sec + seconds;
+    ++g.d_n;
+  } else {
+    g.p_tok = kRateDecay * g.p_tok + double(tokens);
+    g.p_sec = kRateDecay * g.p_sec + seconds;
+    ++g.p_n;
+  }
+  if (g.measured()) {
+    if (g.drafting && g.rate_gain() < 1 - kHysteresis) {  // drafting loses: plain steps, probed
+      g.drafting = false;
+      g.last_step = steps_;
+      g.probe_every = kProbeFirst;
+    } else if (!g.drafting && drafted) {  // a probe, judged on its own against the plain steps
+      if ((double(tokens) / seconds) / (g.p_tok / g.p_sec) >= 1 + kHysteresis) {
+        // Drafting resumes, and is judged afresh: on the rounds from this probe on (the prompt
+        // or the load may have changed since it lost).
+        g.drafting = true;
+        g.since_plain = 0;
+        g.d_tok = double(tokens);
+        g.d_sec = seconds;
+        g.d_n = 1;
+      } else {
+        g.last_step = steps_;
+        g.probe_every = std::min(2 * g.probe_every, kProbeMax);
+      }
+    }
+  }
+  if (drafted) return;
   const double o = std::max(0.0, seconds - step_seconds(decode_rows + other_rows));
   learn_cost(o, over_n_, over_s_, over_q_, step_seconds(1) * kCostGrid);
 }
@@ -117,7 +166,9 @@ void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int
   // The drafting-or-not gate for the coming steps at this load: the gain this round predicted.
   const double gain = best_theta / plain;
   Gate& g = gate(R);
-  if (g.drafting) {
+  if (g.measured()) {  // observe_step's measurement decides; the prediction is only reported
+    g.gain = g.gain > 0 ? kGainDecay * g.gain + (1 - kGainDecay) * gain : gain;
+  } else if (g.drafting) {
     g.gain = g.gain > 0 ? kGainDecay * g.gain + (1 - kGainDecay) * gain : gain;
     if (g.gain < 1 - kHysteresis) {  // drafting costs more than it brings: plain steps
       g.drafting = false;
@@ -128,6 +179,7 @@ void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int
     g.gain = gain;
     if (gain >= 1 + kHysteresis) {
       g.drafting = true;
+      g.since_plain = 0;
     } else {
       g.last_step = steps_;
       g.probe_every = std::min(2 * g.probe_every, kProbeMax);

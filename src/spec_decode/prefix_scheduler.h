@@ -43,18 +43,35 @@ class PrefixScheduler : public VerifyLengthPolicy {
   void observe_step(int requests, bool drafted, int tokens, double seconds, int decode_rows,
                     int other_rows) override;
   // With a learned drafting cost: whether this step drafts at all, at about this many requests
-  // (buckets 1, 2-3, 4-7, ...). It drafts while the recent rounds' predicted gain (choose(), a
-  // decayed mean) is at least 1 - kHysteresis; once it falls below, the drafter's cost alone
-  // makes rounds lose and the step is a plain one without drafting. Such a run of plain steps is
+  // (buckets 1, 2-3, 4-7, ...). Two judges, the second once it can:
+  // - predicted: it drafts while the recent rounds' predicted gain (choose(), a decayed mean) is
+  //   at least 1 - kHysteresis;
+  // - measured: tokens per second of the drafted steps against those of plain steps, both
+  //   decayed means of what observe_step saw (at least kMeasuredMin of each). While drafting,
+  //   every kExploreFirst-th step is plain until kMeasuredMin plain steps are seen, then every
+  //   kExploreEvery-th (kExploreRarely-th while drafting gains kFarAhead or more), so that what
+  //   drafting is judged against stays measured. The prediction
+  //   misses what the curve and the learned costs do not hold (on long prompts a round took more
+  //   than predicted, and drafting lost while predicted to break even); the measurement holds
+  //   everything.
+  // Once drafting loses, steps are plain ones without drafting. Such a run of plain steps is
   // probed with one drafted round after kProbeFirst steps, then after twice as many each time
-  // the probe still predicts a loss (at most kProbeMax): a probe whose predicted gain is at least
-  // 1 + kHysteresis resumes drafting. Only past rounds' confidences decide, never the drafts of
-  // the step in question, so skipping keeps the output the target's.
+  // the probe still loses (at most kProbeMax); a probe that gains at least 1 + kHysteresis
+  // (predicted, or measured: its own tokens per second against the plain steps') resumes
+  // drafting, which the measured judge then weighs on the rounds from that probe on. Only past
+  // steps' confidences and timings decide, never the drafts of the step in question, so skipping
+  // keeps the output the target's.
   bool should_draft(int requests, int other_tokens) override;
   static constexpr int kProbeFirst = 2;
   static constexpr int kProbeMax = 32;
   static constexpr double kGainDecay = 0.5;   // weight of the past in the decayed gain
   static constexpr double kHysteresis = 0.02;
+  static constexpr int kMeasuredMin = 4;
+  static constexpr int kExploreFirst = 8;
+  static constexpr int kExploreEvery = 32;
+  static constexpr int kExploreRarely = 128;  // while the measured gain is at least kFarAhead
+  static constexpr double kFarAhead = 1.25;
+  static constexpr double kRateDecay = 15.0 / 16;  // weight of the past in the measured rates
   static constexpr double kCostGrid = 1.0 / 32;  // drafting cost grid, in units of t(1)
 
   double drafting_cost() const { return draft_s_; }        // the running mean
@@ -62,6 +79,8 @@ class PrefixScheduler : public VerifyLengthPolicy {
   double step_overhead_used() const { return over_q_; }    // o, rounded
   // The decayed predicted gain at about this many requests (0: nothing predicted yet).
   double predicted_gain(int requests) const;
+  // The measured one: drafted steps' tokens per second over plain steps' (0: too few of either).
+  double measured_gain(int requests) const;
   // Rounds that drafted and then verified nothing for any request (all lengths 0).
   int64_t empty_rounds() const { return empty_rounds_; }
 
@@ -79,6 +98,12 @@ class PrefixScheduler : public VerifyLengthPolicy {
     bool drafting = true;
     int64_t last_step = 0;  // when the last run of plain steps began or was last probed
     int probe_every = kProbeFirst;
+    // Decayed sums of tokens and seconds of drafted and of plain steps, and how many of each.
+    double d_tok = 0, d_sec = 0, p_tok = 0, p_sec = 0;
+    int d_n = 0, p_n = 0;
+    int since_plain = 0;  // drafted steps since the last plain one
+    bool measured() const { return d_n >= kMeasuredMin && p_n >= kMeasuredMin; }
+    double rate_gain() const { return (d_tok / d_sec) / (p_tok / p_sec); }
   };
   std::vector<Gate> gates_;  // per bucket of requests
   Gate& gate(int requests);

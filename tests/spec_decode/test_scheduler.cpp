@@ -134,10 +134,18 @@ TEST(PrefixScheduler, SkipsDraftingWhenItsCostLosesAndProbesBack) {
       EXPECT_EQ(length_of(s, strong), 8);
     }
   ASSERT_GE(first, 0) << "never probed again";
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_TRUE(s.should_draft(1, 0)) << "a winning probe must resume drafting (step " << i << ")";
-    length_of(s, strong);
+  // Every step drafts again, but for one in kExploreFirst: plain steps that measure what drafting
+  // is judged against (none is observed here, so they keep coming at that rate).
+  int plain = 0;
+  for (int i = 1; i <= 3 * PrefixScheduler::kExploreFirst; ++i) {
+    if (s.should_draft(1, 0)) {
+      length_of(s, strong);
+    } else {
+      ++plain;
+      EXPECT_EQ(i % PrefixScheduler::kExploreFirst, 0) << "a plain step out of turn at step " << i;
+    }
   }
+  EXPECT_EQ(plain, 3) << "a winning probe must resume drafting";
   EXPECT_GT(s.predicted_gain(1), 1.5);
   // Without a measured drafting cost (learning off) Algorithm 1 alone decides: always draft.
   PrefixScheduler fixed(line_sps(1.0, 0.25, 9));
@@ -145,6 +153,42 @@ TEST(PrefixScheduler, SkipsDraftingWhenItsCostLosesAndProbesBack) {
     EXPECT_TRUE(fixed.should_draft(1, 0));
     length_of(fixed, weak);
   }
+}
+
+// What the steps measure overrules a prediction: rounds predicted to win (strong confidences,
+// cheap drafting) but measured at half the plain steps' tokens per second stop; the plain steps
+// are probed, and once a probe measures a gain, drafting resumes. While drafting wins by far,
+// plain steps come only one in kExploreRarely.
+TEST(PrefixScheduler, MeasuredRatesOverruleThePrediction) {
+  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.5);
+  const Draft strong = draft_of({0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f});
+  // One step: drafted ones yield `tokens` in `seconds`, plain ones 1 token in 1 s.
+  auto step = [&](int tokens, double seconds) {
+    if (!s.should_draft(1, 0)) {
+      s.observe_step(1, false, 1, 1.0, 1, 0);
+      return false;
+    }
+    length_of(s, strong);
+    s.observe_step(1, true, tokens, seconds, 9, 0);
+    return true;
+  };
+  int drafted = 0;
+  for (int i = 0; i < 200; ++i) drafted += step(2, 4.0);  // 0.5 tokens/s against 1
+  EXPECT_GT(s.predicted_gain(1), 1.5) << "the prediction must still say drafting wins";
+  EXPECT_NEAR(s.measured_gain(1), 0.5, 0.05);
+  EXPECT_LT(drafted, 40) << "drafting that measures a loss must stop (probes only)";
+  int late = 0;
+  for (int i = 0; i < 100; ++i) late += step(2, 4.0);
+  EXPECT_LE(late, 100 / PrefixScheduler::kProbeMax + 1) << "probes at most every kProbeMax steps";
+  // Drafting becomes fast (3 tokens/s): the next probe measures it and drafting resumes.
+  int plain = 0;
+  for (int i = 0; i < PrefixScheduler::kProbeMax + 1; ++i) step(6, 2.0);
+  for (int i = 0; i < 2 * PrefixScheduler::kExploreRarely; ++i) plain += !step(6, 2.0);
+  EXPECT_GT(s.measured_gain(1), PrefixScheduler::kFarAhead);
+  EXPECT_LE(plain, 2 * 2) << "far ahead, plain steps only one in kExploreRarely (after the first kExploreEvery)";
+  EXPECT_GE(plain, 1) << "the plain steps' rate must still be measured now and then";
 }
 
 // A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps

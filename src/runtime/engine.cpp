@@ -457,6 +457,11 @@ bool Engine::step() {
   for (auto& s : running_)
     if (s->decoding && decode_now) dec.push_back(s.get());
   // The policy may judge, from past rounds, that no round with drafts can beat a plain step now.
+  if (policy_ && !dec.empty()) {
+    positions_.clear();
+    for (Seq* s : dec) positions_.push_back(s->anchor_pos());
+    policy_->set_contexts(positions_);
+  }
   const bool draft_now =
       drafter_ && !dec.empty() && policy_->should_draft(int(dec.size()), prefill_tokens);
   if (drafter_ && !dec.empty() && !draft_now) ++live_.spec_plain_steps;

@@ -202,6 +202,7 @@ class Engine {
   std::vector<Seq*> flush_rows_;
   std::vector<const Draft*> draft_ptrs_;
   std::vector<int> lengths_;
+  std::vector<int> positions_;  // the decoding requests' cached positions (set_contexts)
   std::vector<int32_t> committed_, tail_rows_, decode_rows_;
   // Layers every forward taps: the drafter's, then the export layers it lacks; export_slot_[k]:
   // export layer k's index among them; drafter_taps_: how many of them the drafter reads.

@@ -22,6 +22,9 @@ class VerifyLengthPolicy {
   // Tokens the coming step runs besides the requests' anchors and drafts (chunks of prompts
   // being prefilled): they make the step slower whatever is verified.
   virtual void set_other_tokens(int /*tokens*/) {}
+  // Before should_draft, every step with decoding requests: each one's cached positions (the
+  // anchor's position).
+  virtual void set_contexts(std::span<const int> /*positions*/) {}
   // Asked before drafting: whether a round with drafts can beat a plain decoding step for
   // `requests` decoding requests this step, judged from past rounds only (never from the drafts
   // about to be made, so skipping keeps the output the target's). false: the step decodes one

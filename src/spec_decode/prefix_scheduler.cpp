@@ -20,19 +20,36 @@ double PrefixScheduler::step_seconds(int b) const {
   return t;
 }
 
+namespace {
+// Buckets of requests (1, 2-3, 4-7, ...) and of their mean cached positions (below 256, then
+// 256-511, 512-1023, ...): one gate per pair.
+size_t gate_index(int requests, size_t context_bucket) {
+  constexpr size_t kRequestBuckets = 16;
+  return context_bucket * kRequestBuckets +
+         size_t(std::bit_width(unsigned(std::max(1, requests))) - 1);
+}
+}  // namespace
+
+void PrefixScheduler::set_contexts(std::span<const int> positions) {
+  double mean = 0;
+  for (int p : positions) mean += double(p);
+  mean /= double(std::max<size_t>(1, positions.size()));
+  context_bucket_ = size_t(std::bit_width(unsigned(std::max(0.0, mean) / 256.0)));
+}
+
 PrefixScheduler::Gate& PrefixScheduler::gate(int requests) {
-  const size_t b = size_t(std::bit_width(unsigned(std::max(1, requests))) - 1);
+  const size_t b = gate_index(requests, context_bucket_);
   if (gates_.size() <= b) gates_.resize(b + 1);
   return gates_[b];
 }
 
 double PrefixScheduler::measured_gain(int requests) const {
-  const size_t b = size_t(std::bit_width(unsigned(std::max(1, requests))) - 1);
+  const size_t b = gate_index(requests, context_bucket_);
   return b < gates_.size() && gates_[b].measured() ? gates_[b].rate_gain() : 0.0;
 }
 
 double PrefixScheduler::predicted_gain(int requests) const {
-  const size_t b = size_t(std::bit_width(unsigned(std::max(1, requests))) - 1);
+  const size_t b = gate_index(requests, context_bucket_);
   return b < gates_.size() ? gates_[b].gain : 0.0;
 }
 
@@ -42,10 +59,12 @@ bool PrefixScheduler::should_draft(int requests, int /*other_tokens*/) {
   Gate& g = gate(requests);
   if (g.drafting) {
     // Now and then a plain step, so that what drafting is judged against is measured too.
-    // Rarely while drafting wins by far: there the plain steps' exact rate decides nothing.
-    const int every = g.p_n < kMeasuredMin                         ? kExploreFirst
-                      : g.measured() && g.rate_gain() >= kFarAhead ? kExploreRarely
-                                                                   : kExploreEvery;
+    // Rarely while drafting wins by far, measured or, before that, predicted: there the plain
+    // steps' exact rate decides nothing.
+    const bool far_ahead = g.measured() ? g.rate_gain() >= kFarAhead : g.gain >= kFarAhead;
+    const int every = far_ahead              ? kExploreRarely
+                      : g.p_n < kMeasuredMin ? kExploreFirst
+                                             : kExploreEvery;
     if (++g.since_plain >= every) {
       g.since_plain = 0;
       return false;

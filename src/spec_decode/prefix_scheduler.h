@@ -35,6 +35,10 @@ class PrefixScheduler : public VerifyLengthPolicy {
   void learn_drafting_cost(bool on) { learn_ = on; }
   void observe_drafting(double seconds) override;
   void set_other_tokens(int tokens) override { other_tokens_ = tokens; }
+  // The gates below are kept per context bucket as well (the requests' mean cached positions:
+  // below 256, 256-511, 512-1023, ...): a plain step on a long prompt is slower and drafting
+  // gains less there, so one prompt's rates must not judge another's.
+  void set_contexts(std::span<const int> positions) override;
   // With learning on, plain steps also teach the step's cost beyond the target forward (the
   // drafter taking the new token's context, sampling, bookkeeping): o, the mean of a plain
   // step's seconds less t(rows), on the same grid with hysteresis. Every step pays it, drafted or
@@ -43,14 +47,14 @@ class PrefixScheduler : public VerifyLengthPolicy {
   void observe_step(int requests, bool drafted, int tokens, double seconds, int decode_rows,
                     int other_rows) override;
   // With a learned drafting cost: whether this step drafts at all, at about this many requests
-  // (buckets 1, 2-3, 4-7, ...). Two judges, the second once it can:
+  // (buckets 1, 2-3, 4-7, ...) and context (set_contexts). Two judges, the second once it can:
   // - predicted: it drafts while the recent rounds' predicted gain (choose(), a decayed mean) is
   //   at least 1 - kHysteresis;
   // - measured: tokens per second of the drafted steps against those of plain steps, both
   //   decayed means of what observe_step saw (at least kMeasuredMin of each). While drafting,
   //   every kExploreFirst-th step is plain until kMeasuredMin plain steps are seen, then every
-  //   kExploreEvery-th (kExploreRarely-th while drafting gains kFarAhead or more), so that what
-  //   drafting is judged against stays measured. The prediction
+  //   kExploreEvery-th (kExploreRarely-th while drafting gains kFarAhead or more, measured or,
+  //   before that, predicted), so that what drafting is judged against stays measured. The prediction
   //   misses what the curve and the learned costs do not hold (on long prompts a round took more
   //   than predicted, and drafting lost while predicted to break even); the measurement holds
   //   everything.
@@ -105,7 +109,8 @@ class PrefixScheduler : public VerifyLengthPolicy {
     bool measured() const { return d_n >= kMeasuredMin && p_n >= kMeasuredMin; }
     double rate_gain() const { return (d_tok / d_sec) / (p_tok / p_sec); }
   };
-  std::vector<Gate> gates_;  // per bucket of requests
+  std::vector<Gate> gates_;  // per bucket of requests and of context (gate_index)
+  size_t context_bucket_ = 0;  // of the last set_contexts
   Gate& gate(int requests);
   int64_t steps_ = 0;
   double draft_s_ = 0;  // mean drafting seconds per round so far (exponentially weighted)

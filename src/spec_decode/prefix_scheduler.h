@@ -54,10 +54,10 @@ class PrefixScheduler : public VerifyLengthPolicy {
   //   decayed means of what observe_step saw (at least kMeasuredMin of each). While drafting,
   //   every kExploreFirst-th step is plain until kMeasuredMin plain steps are seen, then every
   //   kExploreEvery-th (kExploreRarely-th while drafting gains kFarAhead or more, measured or,
-  //   before that, predicted), so that what drafting is judged against stays measured. The prediction
-  //   misses what the curve and the learned costs do not hold (on long prompts a round took more
-  //   than predicted, and drafting lost while predicted to break even); the measurement holds
-  //   everything.
+  //   before that, predicted), so that what drafting is judged against stays measured. The
+  //   prediction misses what the curve and the learned costs do not hold (on long prompts a round
+  //   took more than predicted, and drafting lost while predicted to break even); the measurement
+  //   holds everything.
   // Once drafting loses, steps are plain ones without drafting. Such a run of plain steps is
   // probed with one drafted round after kProbeFirst steps, then after twice as many each time
   // the probe still loses (at most kProbeMax); a probe that gains at least 1 + kHysteresis
@@ -68,7 +68,7 @@ class PrefixScheduler : public VerifyLengthPolicy {
   bool should_draft(int requests, int other_tokens) override;
   static constexpr int kProbeFirst = 2;
   static constexpr int kProbeMax = 32;
-  static constexpr double kGainDecay = 0.5;   // weight of the past in the decayed gain
+  static constexpr double kGainDecay = 0.5;  // weight of the past in the decayed gain
   static constexpr double kHysteresis = 0.02;
   static constexpr int kMeasuredMin = 4;
   static constexpr int kExploreFirst = 8;
@@ -76,11 +76,11 @@ class PrefixScheduler : public VerifyLengthPolicy {
   static constexpr int kExploreRarely = 128;  // while the measured gain is at least kFarAhead
   static constexpr double kFarAhead = 1.25;
   static constexpr double kRateDecay = 15.0 / 16;  // weight of the past in the measured rates
-  static constexpr double kCostGrid = 1.0 / 32;  // drafting cost grid, in units of t(1)
+  static constexpr double kCostGrid = 1.0 / 32;    // drafting cost grid, in units of t(1)
 
-  double drafting_cost() const { return draft_s_; }        // the running mean
-  double drafting_cost_used() const { return draft_q_; }   // the rounded one choose() uses
-  double step_overhead_used() const { return over_q_; }    // o, rounded
+  double drafting_cost() const { return draft_s_; }       // the running mean
+  double drafting_cost_used() const { return draft_q_; }  // the rounded one choose() uses
+  double step_overhead_used() const { return over_q_; }   // o, rounded
   // The decayed predicted gain at about this many requests (0: nothing predicted yet).
   double predicted_gain(int requests) const;
   // The measured one: drafted steps' tokens per second over plain steps' (0: too few of either).
@@ -109,7 +109,7 @@ class PrefixScheduler : public VerifyLengthPolicy {
     bool measured() const { return d_n >= kMeasuredMin && p_n >= kMeasuredMin; }
     double rate_gain() const { return (d_tok / d_sec) / (p_tok / p_sec); }
   };
-  std::vector<Gate> gates_;  // per bucket of requests and of context (gate_index)
+  std::vector<Gate> gates_;    // per bucket of requests and of context (gate_index)
   size_t context_bucket_ = 0;  // of the last set_contexts
   Gate& gate(int requests);
   int64_t steps_ = 0;

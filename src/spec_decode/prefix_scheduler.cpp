@@ -43,14 +43,19 @@ PrefixScheduler::Gate& PrefixScheduler::gate(int requests) {
   return gates_[b];
 }
 
-double PrefixScheduler::measured_gain(int requests) const {
+const PrefixScheduler::Gate* PrefixScheduler::find_gate(int requests) const {
   const size_t b = gate_index(requests, context_bucket_);
-  return b < gates_.size() && gates_[b].measured() ? gates_[b].rate_gain() : 0.0;
+  return b < gates_.size() ? &gates_[b] : nullptr;
+}
+
+double PrefixScheduler::measured_gain(int requests) const {
+  const Gate* g = find_gate(requests);
+  return g && g->measured() ? g->rate_gain() : 0.0;
 }
 
 double PrefixScheduler::predicted_gain(int requests) const {
-  const size_t b = gate_index(requests, context_bucket_);
-  return b < gates_.size() ? gates_[b].gain : 0.0;
+  const Gate* g = find_gate(requests);
+  return g ? g->gain : 0.0;
 }
 
 bool PrefixScheduler::should_draft(int requests, int /*other_tokens*/) {
@@ -62,9 +67,9 @@ bool PrefixScheduler::should_draft(int requests, int /*other_tokens*/) {
     // Rarely while drafting wins by far, measured or, before that, predicted: there the plain
     // steps' exact rate decides nothing.
     const bool far_ahead = g.measured() ? g.rate_gain() >= kFarAhead : g.gain >= kFarAhead;
-    const int every = far_ahead              ? kExploreRarely
-                      : g.p_n < kMeasuredMin ? kExploreFirst
-                                             : kExploreEvery;
+    const int every = far_ahead                  ? kExploreRarely
+                      : g.plain.n < kMeasuredMin ? kExploreFirst
+                                                 : kExploreEvery;
     if (++g.since_plain >= every) {
       g.since_plain = 0;
       return false;
@@ -101,29 +106,20 @@ void PrefixScheduler::observe_step(int requests, bool drafted, int tokens, doubl
   if (!learn_ || !(seconds > 0) || decode_rows <= 0) return;
   // The measured judge: decayed tokens and seconds of each kind of step at this load.
   Gate& g = gate(requests);
-  if (drafted) {
-    g.d_tok = kRateDecay * g.d_tok + double(tokens);
-    g.d_sec = kRateDecay * g.d_sec + seconds;
-    ++g.d_n;
-  } else {
-    g.p_tok = kRateDecay * g.p_tok + double(tokens);
-    g.p_sec = kRateDecay * g.p_sec + seconds;
-    ++g.p_n;
-  }
+  (drafted ? g.drafted : g.plain).add(double(tokens), seconds);
   if (g.measured()) {
     if (g.drafting && g.rate_gain() < 1 - kHysteresis) {  // drafting loses: plain steps, probed
       g.drafting = false;
       g.last_step = steps_;
       g.probe_every = kProbeFirst;
     } else if (!g.drafting && drafted) {  // a probe, judged on its own against the plain steps
-      if ((double(tokens) / seconds) / (g.p_tok / g.p_sec) >= 1 + kHysteresis) {
+      if ((double(tokens) / seconds) / g.plain.per_second() >= 1 + kHysteresis) {
         // Drafting resumes, and is judged afresh: on the rounds from this probe on (the prompt
         // or the load may have changed since it lost).
         g.drafting = true;
         g.since_plain = 0;
-        g.d_tok = double(tokens);
-        g.d_sec = seconds;
-        g.d_n = 1;
+        g.drafted = {};
+        g.drafted.add(double(tokens), seconds);
       } else {
         g.last_step = steps_;
         g.probe_every = std::min(2 * g.probe_every, kProbeMax);
@@ -185,11 +181,10 @@ void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int
   // The drafting-or-not gate for the coming steps at this load: the gain this round predicted.
   const double gain = best_theta / plain;
   Gate& g = gate(R);
-  if (g.measured()) {  // observe_step's measurement decides; the prediction is only reported
+  if (g.drafting || g.measured()) {
     g.gain = g.gain > 0 ? kGainDecay * g.gain + (1 - kGainDecay) * gain : gain;
-  } else if (g.drafting) {
-    g.gain = g.gain > 0 ? kGainDecay * g.gain + (1 - kGainDecay) * gain : gain;
-    if (g.gain < 1 - kHysteresis) {  // drafting costs more than it brings: plain steps
+    // Once measured, observe_step's measurement decides; the prediction is only reported.
+    if (!g.measured() && g.gain < 1 - kHysteresis) {  // drafting costs more than it brings
       g.drafting = false;
       g.last_step = steps_;
       g.probe_every = kProbeFirst;

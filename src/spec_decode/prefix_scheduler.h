@@ -103,15 +103,25 @@ class PrefixScheduler : public VerifyLengthPolicy {
     int64_t last_step = 0;  // when the last run of plain steps began or was last probed
     int probe_every = kProbeFirst;
     // Decayed sums of tokens and seconds of drafted and of plain steps, and how many of each.
-    double d_tok = 0, d_sec = 0, p_tok = 0, p_sec = 0;
-    int d_n = 0, p_n = 0;
+    struct Rate {
+      double tokens = 0, seconds = 0;
+      int n = 0;
+      void add(double t, double s) {
+        tokens = kRateDecay * tokens + t;
+        seconds = kRateDecay * seconds + s;
+        ++n;
+      }
+      double per_second() const { return tokens / seconds; }
+    };
+    Rate drafted, plain;
     int since_plain = 0;  // drafted steps since the last plain one
-    bool measured() const { return d_n >= kMeasuredMin && p_n >= kMeasuredMin; }
-    double rate_gain() const { return (d_tok / d_sec) / (p_tok / p_sec); }
+    bool measured() const { return drafted.n >= kMeasuredMin && plain.n >= kMeasuredMin; }
+    double rate_gain() const { return drafted.per_second() / plain.per_second(); }
   };
   std::vector<Gate> gates_;    // per bucket of requests and of context (gate_index)
   size_t context_bucket_ = 0;  // of the last set_contexts
   Gate& gate(int requests);
+  const Gate* find_gate(int requests) const;  // nullptr: none yet
   int64_t steps_ = 0;
   double draft_s_ = 0;  // mean drafting seconds per round so far (exponentially weighted)
   double draft_q_ = 0;  // draft_s_ on the kCostGrid, with hysteresis

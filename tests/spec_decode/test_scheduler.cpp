@@ -149,6 +149,18 @@ TEST(PrefixScheduler, SkipsDraftingWhenItsCostLosesAndProbesBack) {
   }
 }
 
+// One step of one request as the engine runs it, timed: drafted steps (the scheduler choosing
+// lengths for `d`) yield `tokens` in `seconds`, plain ones 1 token in 1 s. Whether it drafted.
+bool timed_step(PrefixScheduler& s, const Draft& d, int tokens, double seconds) {
+  if (!s.should_draft(1, 0)) {
+    s.observe_step(1, false, 1, 1.0, 1, 0);
+    return false;
+  }
+  const int l = length_of(s, d);
+  s.observe_step(1, true, tokens, seconds, 1 + l, 0);
+  return true;
+}
+
 // What the steps measure overrules a prediction: rounds predicted to win (by about 1.13: three
 // drafts of confidence 0.7 against a step of 1 + 0.25 per token and drafting of 0.5) but measured
 // at half the plain steps' tokens per second stop; the plain steps are probed, and once a probe
@@ -159,16 +171,7 @@ TEST(PrefixScheduler, MeasuredRatesOverruleThePrediction) {
   s.learn_drafting_cost(true);
   s.observe_drafting(0.5);
   const Draft strong = draft_of({0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f});
-  // One step: drafted ones yield `tokens` in `seconds`, plain ones 1 token in 1 s.
-  auto step = [&](int tokens, double seconds) {
-    if (!s.should_draft(1, 0)) {
-      s.observe_step(1, false, 1, 1.0, 1, 0);
-      return false;
-    }
-    length_of(s, strong);
-    s.observe_step(1, true, tokens, seconds, 9, 0);
-    return true;
-  };
+  auto step = [&](int tokens, double seconds) { return timed_step(s, strong, tokens, seconds); };
   int drafted = 0;
   for (int i = 0; i < 200; ++i) drafted += step(2, 4.0);  // 0.5 tokens/s against 1
   EXPECT_GT(s.predicted_gain(1), 1.05) << "the prediction must still say drafting wins";
@@ -197,13 +200,7 @@ TEST(PrefixScheduler, GatesAreKeptPerContext) {
   const std::vector<int> long_prompt = {1500}, short_prompt = {100};
   auto step = [&](const std::vector<int>& ctx, int tokens, double seconds) {
     s.set_contexts(ctx);
-    if (!s.should_draft(1, 0)) {
-      s.observe_step(1, false, 1, 1.0, 1, 0);
-      return false;
-    }
-    length_of(s, d);
-    s.observe_step(1, true, tokens, seconds, 4, 0);
-    return true;
+    return timed_step(s, d, tokens, seconds);
   };
   int drafted_long = 0, drafted_short = 0;
   for (int i = 0; i < 200; ++i) drafted_long += step(long_prompt, 2, 4.0);

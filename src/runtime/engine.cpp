@@ -463,7 +463,7 @@ bool Engine::step() {
     policy_->set_contexts(positions_);
   }
   const bool draft_now =
-      drafter_ && !dec.empty() && policy_->should_draft(int(dec.size()), prefill_tokens);
+      drafter_ && !dec.empty() && policy_->should_draft(int(dec.size()));
   if (drafter_ && !dec.empty() && !draft_now) ++live_.spec_plain_steps;
   if (draft_now) {
     const double t0 = now_seconds();
@@ -489,7 +489,6 @@ bool Engine::step() {
     }
     live_.spec_proposed += proposed;
     lengths_.assign(dec.size(), 0);
-    policy_->set_other_tokens(prefill_tokens);
     policy_->choose(draft_ptrs_, lengths_);
     const double drafting = now_seconds() - t0;
     policy_->observe_drafting(drafting);

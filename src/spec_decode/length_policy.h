@@ -19,9 +19,6 @@ class VerifyLengthPolicy {
   // After each round: how long drafting took. Policies that weigh a round's fixed cost learn
   // it from here (only past rounds, so a choice never depends on the draft it is about).
   virtual void observe_drafting(double /*seconds*/) {}
-  // Tokens the coming step runs besides the requests' anchors and drafts (chunks of prompts
-  // being prefilled): they make the step slower whatever is verified.
-  virtual void set_other_tokens(int /*tokens*/) {}
   // Before should_draft, every step with decoding requests: each one's cached positions (the
   // anchor's position).
   virtual void set_contexts(std::span<const int> /*positions*/) {}
@@ -29,7 +26,7 @@ class VerifyLengthPolicy {
   // `requests` decoding requests this step, judged from past rounds only (never from the drafts
   // about to be made, so skipping keeps the output the target's). false: the step decodes one
   // token per request and the drafter is not run.
-  virtual bool should_draft(int /*requests*/, int /*other_tokens*/) { return true; }
+  virtual bool should_draft(int /*requests*/) { return true; }
   // After each step with decoding requests: how many there were, whether they drafted, the
   // tokens they emitted, the step's seconds (drafting, forward and verification), and the rows of
   // the forward that were theirs (anchors and drafts) and other requests' (prompt chunks).

@@ -34,7 +34,6 @@ class PrefixScheduler : public VerifyLengthPolicy {
   // so that timer noise does not flip lengths from round to round or run to run.
   void learn_drafting_cost(bool on) { learn_ = on; }
   void observe_drafting(double seconds) override;
-  void set_other_tokens(int tokens) override { other_tokens_ = tokens; }
   // The gates below are kept per context bucket as well (the requests' mean cached positions:
   // below 256, 256-511, 512-1023, ...): a plain step on a long prompt is slower and drafting
   // gains less there, so one prompt's rates must not judge another's.
@@ -60,14 +59,19 @@ class PrefixScheduler : public VerifyLengthPolicy {
   //   holds everything.
   // Once drafting loses, steps are plain ones without drafting. Such a run of plain steps is
   // probed with one drafted round after kProbeFirst steps, then after twice as many each time
-  // the probe still loses (at most kProbeMax); a probe that gains at least 1 + kHysteresis
-  // (predicted, or measured: its own tokens per second against the plain steps') resumes
-  // drafting, which the measured judge then weighs on the rounds from that probe on. Only past
+  // the probe still loses (at most kProbeMax), and, once measured, at least as many as keep a
+  // losing probe's cost within kProbeBudget of the plain steps' throughput (at most
+  // kProbeLongest): under load a probe can cost several plain steps. A probe that gains at least
+  // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
+  // resumes drafting, which the measured judge then weighs on the rounds from that probe on. Only
+  // past
   // steps' confidences and timings decide, never the drafts of the step in question, so skipping
   // keeps the output the target's.
-  bool should_draft(int requests, int other_tokens) override;
+  bool should_draft(int requests) override;
   static constexpr int kProbeFirst = 2;
   static constexpr int kProbeMax = 32;
+  static constexpr double kProbeBudget = 0.02;
+  static constexpr int kProbeLongest = 256;
   static constexpr double kGainDecay = 0.5;  // weight of the past in the decayed gain
   static constexpr double kHysteresis = 0.02;
   static constexpr int kMeasuredMin = 4;
@@ -96,7 +100,6 @@ class PrefixScheduler : public VerifyLengthPolicy {
  private:
   std::vector<double> sps_;
   bool learn_ = false;
-  int other_tokens_ = 0;
   struct Gate {
     double gain = 0;  // decayed predicted gain of the drafted rounds (0: none yet)
     bool drafting = true;

@@ -101,6 +101,17 @@ void PrefixScheduler::observe_drafting(double seconds) {
   learn_cost(seconds, observed_, draft_s_, draft_q_, step_seconds(1) * kCostGrid);
 }
 
+namespace {
+// What a losing probe cost, in plain steps (a plain step yields one token per request), and the
+// gap between probes that keeps them within kProbeBudget of the plain steps' throughput: a probe
+// at half the plain rate that takes 3.5 plain steps (8 requests on 2 cores) waits about 90.
+int affordable_gap(double plain_rate, int requests, int tokens, double seconds) {
+  const double lost = (plain_rate * seconds - double(tokens)) / double(std::max(1, requests));
+  return int(std::clamp(std::ceil(lost / PrefixScheduler::kProbeBudget), 0.0,
+                        double(PrefixScheduler::kProbeLongest)));
+}
+}  // namespace
+
 void PrefixScheduler::observe_step(int requests, bool drafted, int tokens, double seconds,
                                    int decode_rows, int other_rows) {
   if (!learn_ || !(seconds > 0) || decode_rows <= 0) return;
@@ -126,15 +137,16 @@ void PrefixScheduler::observe_step(int requests, bool drafted, int tokens, doubl
         g.drafted = {};
         g.drafted.add(double(tokens), seconds);
       } else {
-        // What the probe lost, in plain steps (a plain step yields one token per request), and
-        // the gap that keeps probes within kProbeBudget of the plain steps' throughput: a probe
-        // at half the plain rate that takes 3.5 plain steps (8 requests on 2 cores) waits ~90.
-        const double lost = (g.plain.per_second() * seconds - double(tokens)) / double(requests);
-        const int affordable = int(std::min(double(kProbeLongest), std::ceil(lost / kProbeBudget)));
         g.last_step = steps_;
-        g.probe_every = std::max(std::min(2 * g.probe_every, kProbeMax), affordable);
+        g.probe_every = std::max(std::min(2 * g.probe_every, kProbeMax),
+                                 affordable_gap(g.plain.per_second(), requests, tokens, seconds));
       }
     }
+  } else if (!g.drafting && drafted && g.plain.n > 0) {
+    // A drafted step that the prediction judged a loss (choose() stopped drafting or kept a probe
+    // losing, before enough steps are measured): spaced by its cost as well.
+    g.probe_every =
+        std::max(g.probe_every, affordable_gap(g.plain.per_second(), requests, tokens, seconds));
   }
   if (drafted) return;
   const double o = std::max(0.0, seconds - step_seconds(decode_rows));

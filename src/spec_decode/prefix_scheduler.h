@@ -59,8 +59,8 @@ class PrefixScheduler : public VerifyLengthPolicy {
   //   holds everything.
   // Once drafting loses, steps are plain ones without drafting. Such a run of plain steps is
   // probed with one drafted round after kProbeFirst steps, then after twice as many each time
-  // the probe still loses (at most kProbeMax), and, once measured, at least as many as keep a
-  // losing probe's cost within kProbeBudget of the plain steps' throughput (at most
+  // the probe still loses (at most kProbeMax), and at least as many as keep a losing probe's
+  // cost within kProbeBudget of the throughput of the plain steps seen so far (at most
   // kProbeLongest): under load a probe can cost several plain steps. A probe that gains at least
   // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
   // resumes drafting, which the measured judge then weighs on the rounds from that probe on. Only

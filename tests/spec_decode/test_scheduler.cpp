@@ -196,6 +196,19 @@ TEST(PrefixScheduler, MeasuredRatesOverruleThePrediction) {
   EXPECT_GE(plain, 1) << "the plain steps' rate must still be measured now and then";
 }
 
+// Before enough steps are measured, the prediction judges the probes; one that cost 4 plain steps
+// (1 token in 5 s against 1 a second) still spaces the next by 4 / kProbeBudget = 200 steps.
+TEST(PrefixScheduler, CostlyProbesWaitLongerBeforeTheRatesAreMeasured) {
+  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(2.0);  // the prediction says drafting loses
+  const Draft weak = draft_of({0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f});
+  int drafted = 0;
+  for (int i = 0; i < 200; ++i) drafted += timed_step(s, weak, 1, 5.0);
+  EXPECT_EQ(s.measured_gain(1), 0.0) << "(too few drafted steps to be measured)";
+  EXPECT_LE(drafted, 3) << "probes 2, 4, 8, 16, 32, 32, ... steps apart whatever they cost";
+}
+
 // Each context bucket has its own gate: drafting that loses on a long prompt (1,500 cached
 // positions) stops there, and a short prompt still drafts.
 TEST(PrefixScheduler, GatesAreKeptPerContext) {

@@ -172,6 +172,13 @@ void print_spec_bench_report(const json& r, std::FILE* out) {
                  "identical n/a (sampled): sampled outputs differ by design; losslessness is a "
                  "property\n  of the distribution, proven by the chi-square tests "
                  "(tests/spec_decode, SpecLossless.*).\n");
+  else if (r["dtype"] != "f32" && r["all"]["identical_outputs"] != r["all"]["prompts"])
+    std::fprintf(out,
+                 "identical: in %s the kernels sum in an order set by a step's row count, so a "
+                 "near-tie\n  between two tokens can resolve differently when a round verifies "
+                 "several rows;\n  --dtype f32 is token-identical (tests: "
+                 "SpecLossless.F32GreedyIsTokenIdenticalForEveryMethod).\n",
+                 r["dtype"].get<std::string>().c_str());
   const json& all = r["all"];
   const int K = r["num_speculative_tokens"].get<int>();
   std::fprintf(out, "drafting round %.2f ms = %.2fx a target step (%.2f ms), per round that drafted\n",

@@ -42,7 +42,8 @@ class PrefixScheduler : public VerifyLengthPolicy {
   // drafter taking the new token's context, sampling, bookkeeping): o, the mean of a plain
   // step's seconds less t(rows), on the same grid with hysteresis. Every step pays it, drafted or
   // not, so a round's time is t(B) + d + o and a plain step's t(R) + o; leaving it out overrates
-  // plain steps against rounds that yield several tokens.
+  // plain steps against rounds that yield several tokens. Steps with other rows (prompt chunks)
+  // teach nothing: they time mostly the prefill.
   void observe_step(int requests, bool drafted, int tokens, double seconds, int decode_rows,
                     int other_rows) override;
   // With a learned drafting cost: whether this step drafts at all, at about this many requests

@@ -65,9 +65,8 @@ class PrefixScheduler : public VerifyLengthPolicy {
   // kProbeLongest): under load a probe can cost several plain steps. A probe that gains at least
   // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
   // resumes drafting, which the measured judge then weighs on the rounds from that probe on. Only
-  // past
-  // steps' confidences and timings decide, never the drafts of the step in question, so skipping
-  // keeps the output the target's.
+  // past steps' confidences and timings decide, never the drafts of the step in question, so
+  // skipping keeps the output the target's.
   bool should_draft(int requests) override;
   static constexpr int kProbeFirst = 2;
   static constexpr int kProbeMax = 32;

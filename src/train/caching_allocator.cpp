@@ -87,7 +87,11 @@ c10::DeleterFnPtr CachingCpuAllocator::raw_deleter() const {
   return &release_block;
 }
 
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+c10::DataPtr CachingCpuAllocator::allocate(std::size_t n) {
+#else
 c10::DataPtr CachingCpuAllocator::allocate(std::size_t n) const {
+#endif
   const c10::Device cpu(c10::DeviceType::CPU);
   if (n == 0) return {nullptr, nullptr, &release_block, cpu};
   Header* h = nullptr;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <c10/core/Allocator.h>
+#include <torch/version.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -36,7 +37,14 @@ class CachingCpuAllocator final : public c10::Allocator {
   explicit CachingCpuAllocator(std::size_t max_cached_bytes);
   ~CachingCpuAllocator() override;
 
+// libtorch 2.3 made allocate() non-const and added copy_data() (a GPU machine's PyTorch; Debian
+// 12's libtorch is 1.13).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+  c10::DataPtr allocate(std::size_t n) override;
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#else
   c10::DataPtr allocate(std::size_t n) const override;
+#endif
   c10::DeleterFnPtr raw_deleter() const override;
 
   CachingAllocatorStats stats() const;

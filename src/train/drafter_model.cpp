@@ -100,18 +100,19 @@ BlockDrafterImpl::BlockDrafterImpl(const DrafterConfig& c, int64_t target_hidden
     confidence_head =
         register_module("confidence_head", ConfidenceHead(H + (c.confidence_with_markov ? c.markov_rank : 0)));
   auto inv = L.rope_inv_freq();
-  inv_freq = torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone();
+  inv_freq = register_buffer("inv_freq", torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone());
 }
 
 torch::Tensor block_attention_mask(const torch::Tensor& anchors, int64_t T, int64_t gamma) {
   const int64_t N = anchors.size(0);
-  auto ctx_pos = torch::arange(T, torch::kInt64).unsqueeze(0);                     // [1, T]
+  const auto i64 = anchors.options().dtype(torch::kInt64);
+  auto ctx_pos = torch::arange(T, i64).unsqueeze(0);                               // [1, T]
   auto anchor_rows = anchors.repeat_interleave(gamma).unsqueeze(1);                // [N*g, 1]
   auto ctx_visible = ctx_pos < anchor_rows;                                        // [N*g, T]
-  auto block_id = torch::arange(N, torch::kInt64).repeat_interleave(gamma);         // [N*g]
+  auto block_id = torch::arange(N, i64).repeat_interleave(gamma);                  // [N*g]
   auto blk_visible = block_id.unsqueeze(1) == block_id.unsqueeze(0);               // [N*g, N*g]
   auto visible = torch::cat({ctx_visible, blk_visible}, 1);
-  auto mask = torch::zeros(visible.sizes(), torch::kFloat32);
+  auto mask = torch::zeros(visible.sizes(), anchors.options().dtype(torch::kFloat32));
   return mask.masked_fill(visible.logical_not(), -std::numeric_limits<float>::infinity());
 }
 
@@ -119,7 +120,7 @@ torch::Tensor BlockDrafterImpl::backbone(const torch::Tensor& features, const to
                                          const torch::Tensor& block_pos, const torch::Tensor& anchors) {
   const int64_t T = features.size(0), N = block_pos.size(0), gamma = block_pos.size(1);
   auto ctx = hidden_norm(fc(features));  // computed once, shared by every layer
-  auto [ccos, csin] = rope_at(inv_freq, torch::arange(T, torch::kInt64));
+  auto [ccos, csin] = rope_at(inv_freq, torch::arange(T, block_pos.options().dtype(torch::kInt64)));
   auto [bcos, bsin] = rope_at(inv_freq, block_pos.reshape({-1}));
   auto mask = block_attention_mask(anchors, T, gamma);
   auto h = block_embeds.reshape({N * gamma, -1});
@@ -152,7 +153,7 @@ Eagle3DrafterImpl::Eagle3DrafterImpl(const DrafterConfig& c, int64_t target_hidd
   norm = register_module("norm", RMSNorm(H, L.rms_norm_eps));
   lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(H, draft_vocab).bias(false)));
   auto inv = L.rope_inv_freq();
-  inv_freq = torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone();
+  inv_freq = register_buffer("inv_freq", torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone());
 }
 
 }  // namespace dspark::train

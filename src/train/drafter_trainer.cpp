@@ -1,7 +1,15 @@
 #include "train/drafter_trainer.h"
 
+#include <torch/version.h>
+
+// Data parallelism uses libtorch 1.x's gloo process group (Debian 12's libtorch). libtorch 2.x
+// moved it behind c10d::Backend and its wheels may lack gloo's headers: there (a GPU machine's
+// PyTorch) the trainer builds without it and refuses --world-size above 1.
+#if defined(USE_C10D_GLOO) && TORCH_VERSION_MAJOR < 2 && __has_include(<gloo/algorithm.h>)
+#define DSPARK_TRAIN_GLOO 1
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -16,11 +24,13 @@
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "core/safetensors.h"
+#include "core/timer.h"
 #include "datagen/hidden_dataset.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/drafter_losses.h"
 #include "train/drafter_model.h"
+#include "train/drafter_samples.h"
 #include "train/progress.h"
 #include "train/precision.h"
 #include "train/qwen3_model.h"
@@ -40,7 +50,7 @@ json DrafterTrainConfig::to_json() const {
           {"ce_weight", ce_weight}, {"l1_weight", l1_weight}, {"conf_weight", conf_weight}, {"decay", decay},
           {"validation_fraction", validation_fraction}, {"seed", seed}, {"precision", precision}, {"world_size", world_size},
           {"init", init}, {"online", online.enabled}, {"prompts", online.prompts}, {"store", online.store},
-          {"max_tokens", online.max_tokens}, {"target_layers", target_layers}};
+          {"max_tokens", online.max_tokens}, {"target_layers", target_layers}, {"device", device}};
 }
 
 namespace {
@@ -108,10 +118,12 @@ void init_weights(torch::nn::Module& m, uint64_t seed) {
   }
 }
 
-// A sample's hidden states as [T, n_layers + 1, H] (no copy): the tapped layers, then the final-normed state.
-torch::Tensor hidden_view(const HiddenDataset::Sample& s) {
-  return torch::from_blob(const_cast<float*>(s.hidden_states.data()), {int64_t(s.tokens.size()), s.layers + 1, s.hidden},
-                          torch::kFloat32);
+// Blocks built on the CPU (drafter_losses.h), on `device`.
+Blocks on_device(Blocks b, const torch::Device& device) {
+  if (device.is_cpu()) return b;
+  for (torch::Tensor* t : {&b.inputs, &b.positions, &b.labels, &b.valid, &b.target_pos, &b.prev, &b.slot})
+    *t = t->to(device);
+  return b;
 }
 
 // The block pass of a DSpark / DFlash drafter over blocks `b` anchored at `anchors`: hidden rows
@@ -120,17 +132,17 @@ torch::Tensor hidden_view(const HiddenDataset::Sample& s) {
 std::pair<torch::Tensor, torch::Tensor> block_pass(BlockDrafter& m, const Frozen& fz, const torch::Tensor& features,
                                                    const Blocks& b, const std::vector<int64_t>& anchors) {
   auto h = m->backbone(features, fz.embed.index({b.inputs.reshape({-1})}), b.positions,
-                       torch::tensor(anchors, torch::kInt64));  // [N*g, H]
+                       torch::tensor(anchors, torch::kInt64).to(features.device()));  // [N*g, H]
   auto logits = torch::matmul(h, fz.lm_head.t()).to(torch::kFloat32);
   if (m->markov_head) logits = logits + m->markov_head->bias(b.prev.reshape({-1}), h, b.inputs.size(1)).to(torch::kFloat32);
   return {h, logits};
 }
 
 // The per-sequence loss of a DSpark / DFlash drafter (weighted mean over its supervised slots).
-torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const HiddenDataset::Sample& s,
+torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const TrainSample& s,
                                   const DrafterTrainConfig& c, bool bf16, uint64_t anchor_seed, LossParts* parts) {
-  const int64_t T = int64_t(s.tokens.size()), n = s.layers, H = s.hidden;
-  auto hs = hidden_view(s);
+  const int64_t T = int64_t(s.tokens.size()), n = s.layers, H = s.hidden_size;
+  const auto& hs = s.hidden;
   auto features = hs.index({Slice(), Slice(0, n)}).reshape({T, n * H});
   auto final_hidden = hs.index({Slice(), n});
   Rng rng(anchor_seed);
@@ -138,8 +150,9 @@ torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const Hidde
   if (anchors.empty()) return {};
   const bool dspark = c.method == SpecMethod::DSpark;
   const int gamma = dspark ? c.drafts : c.drafts + 1;
-  Blocks b = build_blocks(s.tokens, s.loss_mask, anchors, gamma, fz.mask_token,
-                          dspark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly);
+  Blocks b = on_device(build_blocks(s.tokens, s.loss_mask, anchors, gamma, fz.mask_token,
+                                    dspark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly),
+                       hs.device());
   torch::Tensor logits, conf;
   {
     // bf16 autocast for the products; logits, bias and confidence are summed and scored in f32.
@@ -169,19 +182,21 @@ torch::Tensor block_sequence_loss(BlockDrafter& m, const Frozen& fz, const Hidde
 
 // EAGLE-3 with training-time test: step 0 reads target features, step s >= 1 its own outputs;
 // each query sees step-0 keys causally plus the diagonal keys of steps 1..s.
-torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const HiddenDataset::Sample& s,
+torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const TrainSample& s,
                                    const DrafterTrainConfig& c, bool bf16,
                                    std::vector<torch::Tensor>* step_logits = nullptr) {
-  const int64_t T = int64_t(s.tokens.size()), nl = s.layers, H = s.hidden, n = T - 1;
+  const int64_t T = int64_t(s.tokens.size()), nl = s.layers, H = s.hidden_size, n = T - 1;
   if (n < 2) return {};
-  auto hs = hidden_view(s);
+  const auto& hs = s.hidden;
+  const auto dev = hs.device();
   auto features = hs.index({Slice(0, n), Slice(0, nl)}).reshape({n, nl * H});
   auto final_hidden = hs.index({Slice(), nl});
-  auto tokens = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()), torch::kInt64);
-  auto mask = torch::tensor(std::vector<int64_t>(s.loss_mask.begin(), s.loss_mask.end()), torch::kInt64).to(torch::kFloat32);
+  auto tokens = torch::tensor(std::vector<int64_t>(s.tokens.begin(), s.tokens.end()), torch::kInt64).to(dev);
+  auto mask = torch::tensor(std::vector<int64_t>(s.loss_mask.begin(), s.loss_mask.end()), torch::kInt64)
+                  .to(dev, torch::kFloat32);
   auto& layer = *m->layers[0]->as<Eagle3Layer>();
   const int64_t n_layers = int64_t(m->layers->size());
-  auto t_idx = torch::arange(n, torch::kInt64);
+  auto t_idx = torch::arange(n, torch::TensorOptions(dev).dtype(torch::kInt64));
   torch::Tensor target_p;  // the target's distribution at every position, once (f32)
   {
     torch::NoGradGuard ng;
@@ -192,10 +207,11 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Hid
   // Keys and values of every earlier step, per layer: step s attends to its own layer's rows of
   // steps 0..s (causal over step 0, the diagonal of later steps), as the unrolled drafter does.
   std::vector<std::vector<torch::Tensor>> ks(static_cast<size_t>(n_layers)), vs(static_cast<size_t>(n_layers));
-  torch::Tensor total = torch::zeros({});
+  const auto f32 = torch::TensorOptions(dev).dtype(torch::kFloat32);
+  torch::Tensor total = torch::zeros({}, f32);
   const double inf = std::numeric_limits<double>::infinity();
-  auto causal = torch::full({n, n}, -inf).triu(1);
-  auto diag = torch::full({n, n}, -inf);
+  auto causal = torch::full({n, n}, -inf, f32).triu(1);
+  auto diag = torch::full({n, n}, -inf, f32);
   diag.fill_diagonal_(0.0);
   // Self-attention of layer l over `in` (its normed input) at step `step`; returns o_proj's input.
   auto attend = [&](AttentionImpl& at, const torch::Tensor& in, int64_t l, const torch::Tensor& cos, const torch::Tensor& sin,
@@ -252,7 +268,10 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Hid
   return total;
 }
 
-std::shared_ptr<c10d::ProcessGroup> make_group(const DrafterTrainConfig& c) {
+#ifdef DSPARK_TRAIN_GLOO
+using ProcessGroup = c10d::ProcessGroup;
+
+std::shared_ptr<ProcessGroup> make_group(const DrafterTrainConfig& c) {
   if (c.world_size <= 1) return nullptr;
   c10d::TCPStoreOptions opts;
   opts.port = uint16_t(c.master_port);
@@ -266,11 +285,23 @@ std::shared_ptr<c10d::ProcessGroup> make_group(const DrafterTrainConfig& c) {
   return std::make_shared<c10d::ProcessGroupGloo>(store, c.rank, c.world_size, options);
 }
 
-void all_reduce_sum(c10d::ProcessGroup* pg, torch::Tensor& t) {
+void all_reduce_sum(ProcessGroup* pg, torch::Tensor& t) {
   if (!pg) return;
   std::vector<at::Tensor> ts{t};
   pg->allreduce(ts)->wait();
 }
+#else
+struct ProcessGroup {};
+
+std::shared_ptr<ProcessGroup> make_group(const DrafterTrainConfig& c) {
+  if (c.world_size > 1)
+    fail("flag --world-size ", c.world_size, ": this dspark-train was built against libtorch ", TORCH_VERSION,
+         " without the gloo process group it uses for data parallelism; train in one process");
+  return nullptr;
+}
+
+void all_reduce_sum(ProcessGroup*, torch::Tensor&) {}
+#endif
 
 // `vocab_from`: a DSpark / DFlash drafter (an --init one) whose draft vocabulary (d2t / t2d, the
 // full head kept) the written drafter keeps.
@@ -279,7 +310,7 @@ void save_drafter(torch::nn::Module& m, const DrafterConfig& dc, const std::stri
   fs::create_directories(dir);
   SafetensorsWriter w;
   for (const auto& p : m.named_parameters()) {
-    auto t = p.value().detach().to(torch::kFloat32).contiguous();
+    auto t = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
     w.add_f32(p.key(), shape, t.data_ptr<float>(), t.dim() == 1 ? DType::F32 : DType::BF16);
   }
@@ -349,6 +380,11 @@ void check_config(const DrafterTrainConfig& c) {
     fail("flag --validation-fraction must be at least 0 and below 1, got ", c.validation_fraction);
   if (c.threads < 0) fail("flag --threads must be at least 0 (0: libtorch's default), got ", c.threads);
   if (c.save_every < 1) fail("flag --save-every must be at least 1, got ", c.save_every);
+  if (!(std::isfinite(c.time_limit) && c.time_limit >= 0))
+    fail("flag --time-limit must be a finite number of seconds >= 0 (0: none), got ", c.time_limit);
+  if (c.time_limit > 0 && (c.world_size > 1 || c.online.enabled || c.resume))
+    fail("flag --time-limit: a run of one process, offline and not resumed (its step count is planned from the "
+         "rate it measures)");
   if (c.stop_after == 0 || c.stop_after < -1)
     fail("flag --stop-after must be -1 (run to the end) or at least 1, got ", c.stop_after);
   if (c.world_size < 1) fail("flag --world-size must be at least 1, got ", c.world_size);
@@ -467,7 +503,7 @@ std::vector<torch::Tensor> eagle3_step_logits(const std::string& drafter_dir, co
   c.method = SpecMethod::Eagle3;
   c.drafts = steps;
   std::vector<torch::Tensor> out;
-  eagle3_sequence_loss(m, fz, s, c, bf16, &out);
+  eagle3_sequence_loss(m, fz, to_device(s, torch::kCPU), c, bf16, &out);
   return out;
 }
 
@@ -481,7 +517,7 @@ torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::stri
   load_parameters(*m, drafter_dir);
   m->eval();
   torch::NoGradGuard ng;
-  auto features = hidden_view(s).index({Slice(), Slice(0, s.layers)}).reshape({int64_t(s.tokens.size()), -1});
+  auto features = to_device(s, torch::kCPU).hidden.index({Slice(), Slice(0, s.layers)}).reshape({int64_t(s.tokens.size()), -1});
   const std::vector<uint8_t> all(s.tokens.size(), 1);
   Blocks b = build_blocks(s.tokens, all, {anchor}, dc.block_size, dc.mask_token_id,
                           dc.method == SpecMethod::DSpark ? BlockLayout::AnchorFirst : BlockLayout::MaskOnly);
@@ -500,7 +536,8 @@ double train_drafter(const DrafterTrainConfig& cfg) {
   if (c.layers == 0) c.layers = c.method == SpecMethod::Eagle3 ? 1 : 2;  // each method's usual depth
   check_config(c);
   check_online_config(c);
-  const bool bf16 = use_bf16(c.precision);
+  const torch::Device device = training_device(c.device);
+  const bool bf16 = use_bf16(c.precision, device);
   const bool lead = c.rank == 0;
   // A resumed run must train the same drafter on the same data: checked against the run's own
   // record before anything is loaded (another method, depth or rank would otherwise surface as a
@@ -519,25 +556,33 @@ double train_drafter(const DrafterTrainConfig& cfg) {
   if (lead && !precision_note(c.precision).empty()) std::fprintf(stderr, "%s\n", precision_note(c.precision).c_str());
   if (c.threads > 0) at::set_num_threads(c.threads);
   torch::manual_seed(c.seed);
-  std::optional<HiddenDataset> data;
-  if (!online) {
-    data = HiddenDataset::open(c.data);
-    check_dataset(*data, c);
-  }
   Frozen fz = load_frozen(c.target);
+  fz.embed = fz.embed.to(device);
+  fz.lm_head = fz.lm_head.to(device);
+  // Online and regenerated data tap the layers --init or --target-layers name; a dataset holds its own.
+  const bool regenerated = !online && DrafterData::is_regenerated(c.data);
   std::vector<int> layer_ids;
-  if (data) {
-    if (data->hidden_size() != fz.cfg.hidden_size)
-      fail(c.data, ": hidden size ", data->hidden_size(), " differs from the --target's ", fz.cfg.hidden_size);
-    for (int id : data->layer_ids())
+  if (online || regenerated) {
+    layer_ids = init_dc ? init_dc->target_layer_ids : c.target_layers;
+    if (layer_ids.empty())
+      fail("flag --target-layers: --data ", c.data, " is regenerated data (a JSONL file, not a hidden-state dataset) "
+           "and there is no --init; name the target layers to tap (0-based, e.g. 1,3,4)");
+    check_layer_ids(layer_ids, fz, init_dc ? "flag --init " + init_dc->path : std::string("flag --target-layers"));
+  } else if (!c.target_layers.empty()) {
+    fail("flag --target-layers: the hidden-state dataset --data ", c.data, " holds its own layers");
+  }
+  std::optional<DrafterData> data;
+  if (!online) data = DrafterData::open(c.data, c.target, layer_ids, device);
+  if (const HiddenDataset* ds = data ? data->dataset() : nullptr) {
+    check_dataset(*ds, c);
+    if (ds->hidden_size() != fz.cfg.hidden_size)
+      fail(c.data, ": hidden size ", ds->hidden_size(), " differs from the --target's ", fz.cfg.hidden_size);
+    for (int id : ds->layer_ids())
       if (id >= fz.cfg.num_layers)
         fail(c.data, ": layer id ", id, " is past the --target's ", fz.cfg.num_layers, " layers");
-    layer_ids = data->layer_ids();
+    layer_ids = ds->layer_ids();
     if (init_dc && init_dc->target_layer_ids != layer_ids)
       fail("flag --init: ", init_dc->path, " taps other target layers than --data ", c.data, " holds");
-  } else {
-    layer_ids = init_dc ? init_dc->target_layer_ids : c.target_layers;
-    check_layer_ids(layer_ids, fz, init_dc ? "flag --init " + init_dc->path : std::string("flag --target-layers"));
   }
   const DrafterConfig dc = init_dc ? init_drafter_config(*init_dc, fz) : drafter_config(c, fz, layer_ids);
 
@@ -570,6 +615,7 @@ double train_drafter(const DrafterTrainConfig& cfg) {
   }
   init_weights(*module, c.seed);
   if (init_dc) load_parameters(*module, c.init);  // errors name the tensor and the file
+  module->to(device);
   torch::optim::AdamW opt(module->parameters(),
                           torch::optim::AdamWOptions(c.lr).betas({0.9, 0.999}).eps(1e-8).weight_decay(c.weight_decay));
   LrSchedule sched{c.lr, int64_t(std::ceil(c.warmup_ratio * double(total_steps))), total_steps, c.min_lr_ratio};
@@ -636,6 +682,8 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     }
   };
   module->train();
+  constexpr int64_t kTimePlanSteps = 20;
+  const double loop_start = now_seconds();
   while (step < total_steps) {
     const double lr = sched.at(step);
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
@@ -645,12 +693,13 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     int taken = 0;
     std::vector<OnlineItem> items;  // online: where this step's samples came from (no tensors)
     for (int i = 0; i < per_rank; ++i) {
-      HiddenDataset::Sample s;
+      TrainSample s;
       uint64_t anchor_seed;
       if (src) {
         std::optional<OnlineItem> it = src->pop();
         if (!it) break;
-        s = std::move(it->sample);
+        s = to_device(it->sample, device);
+        it->sample = HiddenDataset::Sample{};
         anchor_seed = c.seed * 1000003ull + uint64_t(it->prompt) * 7919ull;
         items.push_back(std::move(*it));
       } else {
@@ -700,6 +749,21 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     }
     ++step;
     ++run_steps;
+    if (c.time_limit > 0 && run_steps == kTimePlanSteps) {
+      // --time-limit: the steps that fit at the rate of the first ones, the schedule over them.
+      const double spent = now_seconds() - loop_start, per_step = spent / double(run_steps);
+      const int64_t fit = step + int64_t(std::max(0.0, c.time_limit - spent) / per_step);
+      if (fit < total_steps) {
+        total_steps = std::max(step, fit);
+        sched.total_steps = total_steps;
+        sched.warmup_steps = int64_t(std::ceil(c.warmup_ratio * double(total_steps)));
+        if (lead) {
+          progress->set_total(total_steps);
+          progress->event({{"event", "time_limit"}, {"seconds", c.time_limit}, {"seconds_per_step", per_step},
+                           {"steps", total_steps}});
+        }
+      }
+    }
     const bool stop_now = run_steps == c.stop_after;
     if (lead && (step % c.save_every == 0 || step == total_steps || stop_now)) checkpoint();
     if (stop_now) {
@@ -716,7 +780,7 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     double vsum = 0;
     int vcount = 0;
     for (size_t i = n_train; i < n_total; ++i) {
-      HiddenDataset::Sample s = data->load(i);
+      TrainSample s = data->load(i);
       torch::Tensor loss = c.method == SpecMethod::Eagle3 ? eagle3_sequence_loss(eagle, fz, s, c, bf16)
                                                           : block_sequence_loss(block, fz, s, c, bf16, c.seed + i, nullptr);
       if (!loss.defined()) continue;

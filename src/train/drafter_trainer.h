@@ -42,9 +42,13 @@ struct DrafterTrainConfig {
   double validation_fraction = 0.02;
   uint64_t seed = 42;
   std::string precision = "auto";
+  std::string device = "cpu";  // "cpu", "cuda" or "cuda:N" (train/precision.h)
   int threads = 0;
   int64_t save_every = 200;
   int64_t stop_after = -1;
+  // Seconds of training (0: no limit). After the first kTimePlanSteps steps the run measures its
+  // rate and shrinks `steps` (and the schedule with it) to what fits; one process, not resumable.
+  double time_limit = 0;
   bool resume = false;
   // Data parallel: this process's rank among world_size, rendezvous at master_addr:master_port.
   int rank = 0, world_size = 1;

@@ -147,7 +147,8 @@ int cmd_drafter(int argc, char** argv) {
   Args a;
   a.flag("method", "dspark, dflash or eagle3", true, "dspark")
       .flag("target", "target model directory (frozen embeddings and lm_head)")
-      .flag("data", "hidden-state dataset (dspark datagen hidden)")
+      .flag("data", "hidden-state dataset (dspark datagen hidden), or regenerated data (dspark datagen regenerate's "
+                    "JSONL: the target computes the hidden states on --device)")
       .flag("out", "run directory; the drafter is written to OUT/drafter")
       .flag("layers", "draft layers (0: 2 for DSpark and DFlash, 1 for EAGLE-3)", true, "0")
       .flag("drafts", "drafts per pass: DSpark gamma, DFlash block - 1, EAGLE-3 TTT steps", true,
@@ -170,9 +171,11 @@ int cmd_drafter(int argc, char** argv) {
       .flag("validation-fraction", "fraction of the samples held out for the final validation loss, in [0, 1)", true,
             "0.02")
       .flag("precision", kPrecisionHelp, true, "auto")
+      .flag("device", "cpu, cuda or cuda:N (where libtorch has CUDA; f32 there)", true, "cpu")
       .flag("threads", "compute threads (0: default)", true, "0")
       .flag("save-every", "steps between checkpoints", true, "200")
       .flag("stop-after", "stop after this many steps of this run (-1: never)", true, "-1")
+      .flag("time-limit", "seconds of training (0: none): after 20 steps, --steps shrinks to what fits", true, "0")
       .flag("resume", "continue from the latest checkpoint in --out", false)
       .flag("rank", "this process's rank (data parallel)", true, "0")
       .flag("world-size", "number of processes (data parallel over gloo)", true, "1")
@@ -182,7 +185,8 @@ int cmd_drafter(int argc, char** argv) {
       .flag("prompts", "online: JSONL prompts ({\"prompt\": ...} or {\"turns\": [...]}, optional \"system\")")
       .flag("servers", "online: comma-separated server URLs (http://HOST:PORT,...)")
       .flag("store", "online: the hidden-states store (redis://HOST:PORT/DB or file:DIR)")
-      .flag("target-layers", "online without --init: target layers to tap, 0-based (-1: embeddings), e.g. 1,3,4")
+      .flag("target-layers", "online or regenerated --data, without --init: target layers to tap, 0-based (-1: "
+                             "embeddings), e.g. 1,3,4")
       .flag("max-tokens", "online: response tokens per prompt", true, "128")
       .flag("in-flight", "online: requests at once over all servers (0: 2 per server)", true, "0")
       .flag("queue", "online: verified samples held for training (0: 2 x --batch)", true, "0")
@@ -231,9 +235,10 @@ int cmd_drafter(int argc, char** argv) {
     c.online.reload_every = a.integer("reload-every", 0, kFlagInt64Max);
     if (a.opt("target-layers")) c.target_layers = a.int_list("target-layers", -1, 1 << 16);
   } else {
-    for (const char* f : {"prompts", "servers", "store", "api-key", "target-layers"})
+    for (const char* f : {"prompts", "servers", "store", "api-key"})
       if (a.opt(f)) fail("flag --", f, " needs --online");
     c.data = a.str("data");
+    if (a.opt("target-layers")) c.target_layers = a.int_list("target-layers", -1, 1 << 16);
   }
   if (auto i = a.opt("init")) c.init = *i;
   c.out = a.str("out");
@@ -258,9 +263,11 @@ int cmd_drafter(int argc, char** argv) {
   if (c.validation_fraction >= 1)  // [0, 1): at least one sample must remain to train on
     fail("flag --validation-fraction must be at least 0 and below 1, got ", a.str("validation-fraction"));
   c.precision = a.str("precision");
+  c.device = a.str("device");
   c.threads = threads(a);
   c.save_every = a.integer("save-every", 1, kFlagInt64Max);
   c.stop_after = stop_after(a);
+  c.time_limit = a.number("time-limit", 0, 1e9);
   c.resume = a.on("resume");
   c.world_size = int(a.integer("world-size", 1, kMaxProcesses));
   c.rank = int(a.integer("rank", 0, c.world_size - 1));

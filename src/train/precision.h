@@ -2,12 +2,20 @@
 // losses) where the CPU multiplies bf16 natively.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <string>
 
 namespace dspark::train {
 
 // "auto" (bf16 only with AVX512-BF16 or AMX), "f32" or "bf16"; anything else throws naming it.
-bool use_bf16(const std::string& precision);
+// On a CUDA `device` the trainer runs in f32 ("auto" or "f32"; "bf16" throws): its autocast is
+// the CPU's.
+bool use_bf16(const std::string& precision, const torch::Device& device = torch::kCPU);
+
+// --device: "cpu", or "cuda" / "cuda:N" where libtorch sees that GPU; anything else throws naming
+// the flag.
+torch::Device training_device(const std::string& name);
 
 // A note for the log when `precision` asks for bf16 on a CPU without bf16 units (libtorch then
 // emulates the bf16 products: the same bf16 rounding, many times slower than f32); else empty.

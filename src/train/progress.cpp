@@ -29,6 +29,11 @@ Progress::~Progress() {
   if (log_) std::fclose(log_);
 }
 
+void Progress::set_total(int64_t total_steps) {
+  std::lock_guard<std::mutex> lock(mu_);
+  total_ = total_steps;
+}
+
 void Progress::set_status(std::string status) {
   std::lock_guard<std::mutex> lock(mu_);
   status_ = std::move(status);

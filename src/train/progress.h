@@ -21,6 +21,8 @@ class Progress {
   // Text appended to the progress line from the next step on (e.g. the online trainer's
   // samples/s, store backlog and requests per server).
   void set_status(std::string status);
+  // The run's step count changed (drafter training's --time-limit).
+  void set_total(int64_t total_steps);
 
  private:
   int64_t total_;

@@ -105,7 +105,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : cfg_(c) {
   if (!c.tie_word_embeddings)
     lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size).bias(false)));
   auto inv = c.rope_inv_freq();
-  inv_freq_ = torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone();
+  inv_freq_ = register_buffer("inv_freq", torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone());
 }
 
 torch::Tensor CausalLMImpl::lm_head_weight() const {
@@ -114,7 +114,7 @@ torch::Tensor CausalLMImpl::lm_head_weight() const {
 
 std::pair<torch::Tensor, torch::Tensor> CausalLMImpl::rope_tables(int64_t T) const {
   // position * inv_freq in f32, as the engine computes it.
-  auto pos = torch::arange(T, torch::kFloat32).unsqueeze(1);
+  auto pos = torch::arange(T, inv_freq_.options()).unsqueeze(1);
   auto freqs = pos * inv_freq_.unsqueeze(0);
   auto emb = torch::cat({freqs, freqs}, -1);
   return {emb.cos(), emb.sin()};
@@ -123,7 +123,7 @@ std::pair<torch::Tensor, torch::Tensor> CausalLMImpl::rope_tables(int64_t T) con
 LmOutput CausalLMImpl::forward(const torch::Tensor& tokens, bool want_logits, const std::vector<int>& tap_layers) {
   const int64_t T = tokens.size(1);
   auto [cos, sin] = rope_tables(T);
-  auto mask = torch::full({T, T}, -std::numeric_limits<float>::infinity()).triu(1);
+  auto mask = torch::full({T, T}, -std::numeric_limits<float>::infinity(), inv_freq_.options()).triu(1);
   LmOutput out;
   auto h = model->embed_tokens(tokens);
   auto tap = [&](int id) {

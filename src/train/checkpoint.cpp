@@ -39,7 +39,7 @@ void save_checkpoint(const std::string& run_dir, torch::nn::Module& model, torch
   // Weights in f32 (the master copy), named as the module names them.
   SafetensorsWriter w;
   for (const auto& p : model.named_parameters()) {
-    auto t = p.value().detach().to(torch::kFloat32).contiguous();
+    auto t = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();  // a GPU run's too
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
     w.add(p.key(), DType::F32, shape, t.data_ptr<float>());
   }

@@ -537,6 +537,9 @@ double train_drafter(const DrafterTrainConfig& cfg) {
   check_config(c);
   check_online_config(c);
   const torch::Device device = training_device(c.device);
+  if (c.resume && !device.is_cpu())
+    fail("flag --resume: resuming on --device ", c.device, " is not supported (the optimizer state loads on the CPU); "
+         "resume with --device cpu or start a new run");
   const bool bf16 = use_bf16(c.precision, device);
   const bool lead = c.rank == 0;
   // A resumed run must train the same drafter on the same data: checked against the run's own

@@ -26,9 +26,7 @@ std::string regen_record_line(const RegenRecord& r) {
   return j.dump();
 }
 
-namespace {
-
-RegenRecord parse_record(std::string_view line, const std::string& path, int64_t number) {
+RegenRecord parse_regen_line(std::string_view line, const std::string& path, int64_t number) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(line);
@@ -75,8 +73,6 @@ RegenRecord parse_record(std::string_view line, const std::string& path, int64_t
   return r;
 }
 
-}  // namespace
-
 RegenFile read_regen_file(const std::string& path, bool missing_ok) {
   RegenFile out;
   if (missing_ok && !std::filesystem::exists(path)) return out;
@@ -93,7 +89,7 @@ RegenFile read_regen_file(const std::string& path, bool missing_ok) {
     }
     std::string_view line(text.data() + pos, end - pos);
     if (!line.empty()) {
-      RegenRecord r = parse_record(line, path, number);
+      RegenRecord r = parse_regen_line(line, path, number);
       if (!seen.insert(r.id).second) fail(path, ":", number, ": id ", r.id, " appears twice");
       out.records.push_back(std::move(r));
     }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace dspark::datagen {
@@ -22,6 +23,11 @@ struct RegenRecord {
 
 // One JSON line, no newline; keys in the order above.
 std::string regen_record_line(const RegenRecord& r);
+
+// Parses line `line_number` (1-based) of `path`; a malformed line or a record that breaks the
+// format throws Error naming the file, the line and the field. (Readers that keep only offsets
+// re-parse a record when they need it.)
+RegenRecord parse_regen_line(std::string_view line, const std::string& path, int64_t line_number);
 
 struct RegenFile {
   std::vector<RegenRecord> records;

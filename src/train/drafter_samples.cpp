@@ -1,6 +1,9 @@
 #include "train/drafter_samples.h"
 
+#include <algorithm>
+#include <cstring>
 #include <filesystem>
+#include <string_view>
 
 #include "core/crc32.h"
 #include "core/error.h"
@@ -27,11 +30,57 @@ TrainSample to_device(const HiddenDataset::Sample& s, const torch::Device& devic
   return t;
 }
 
+// Regenerated data is read through a map of the file: only each record's place stays in memory
+// (24 bytes a record), so memory stays flat as the data grows; a record is parsed again when drawn.
 struct DrafterData::Regenerated {
-  std::string path;
-  std::vector<datagen::RegenRecord> records;
+  struct Line {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+    int64_t number = 0;  // 1-based line number, for messages
+  };
+  MappedFile file;
+  std::vector<Line> lines;
   CausalLM target{nullptr};
   int vocab = 0;
+
+  std::string_view text(const Line& l) const {
+    return {reinterpret_cast<const char*>(file.data()) + l.offset, size_t(l.length)};
+  }
+  // Every complete line parsed once: the format, unique ids, tokens inside the vocabulary.
+  void index() {
+    const std::string& path = file.path();
+    const char* d = reinterpret_cast<const char*>(file.data());
+    const size_t n = file.size();
+    std::vector<std::pair<int64_t, int64_t>> ids;  // (id, line number)
+    size_t pos = 0;
+    int64_t number = 0;
+    while (pos < n) {
+      const char* nl = static_cast<const char*>(std::memchr(d + pos, '\n', n - pos));
+      ++number;
+      if (!nl)
+        fail(path, ":", number,
+             ": the last line is incomplete (an interrupted dspark datagen regenerate); finish "
+             "it before training");
+      const size_t end = size_t(nl - d);
+      if (end > pos) {
+        const Line l{pos, end - pos, number};
+        const datagen::RegenRecord r = datagen::parse_regen_line(text(l), path, number);
+        for (int32_t t : r.input_ids)
+          if (t >= vocab)
+            fail(path, ":", number, ": record id ", r.id, " holds token id ", t,
+                 ", outside the --target's ", vocab, "-token vocabulary");
+        ids.emplace_back(r.id, number);
+        lines.push_back(l);
+      }
+      pos = end + 1;
+    }
+    if (lines.empty()) fail(path, ": no records");
+    std::sort(ids.begin(), ids.end());
+    for (size_t i = 1; i < ids.size(); ++i)
+      if (ids[i].first == ids[i - 1].first)
+        fail(path, ":", ids[i].second, ": id ", ids[i].first, " appears twice (also on line ",
+             ids[i - 1].second, ")");
+  }
 };
 
 bool DrafterData::is_regenerated(const std::string& path) {
@@ -62,21 +111,10 @@ DrafterData DrafterData::open(const std::string& path, const std::string& target
            ": another target answered these prompts; pass that --target or regenerate --data");
   }
   auto r = std::make_shared<Regenerated>();
-  r->path = path;
-  datagen::RegenFile file = datagen::read_regen_file(path);
-  if (file.truncated_tail)
-    fail(path,
-         ": the last line is incomplete (an interrupted dspark datagen regenerate); finish it "
-         "before training");
-  if (file.records.empty()) fail(path, ": no records");
-  r->records = std::move(file.records);
   const ModelConfig cfg = ModelConfig::from_dir(target);
   r->vocab = cfg.vocab_size;
-  for (size_t i = 0; i < r->records.size(); ++i)
-    for (int32_t t : r->records[i].input_ids)
-      if (t < 0 || t >= r->vocab)
-        fail(path, ": record ", i + 1, " (id ", r->records[i].id, ") holds token id ", t,
-             ", outside the --target's ", r->vocab, "-token vocabulary");
+  r->file = MappedFile(path);
+  r->index();
   for (int id : tap_layers)
     if (id < -1 || id >= cfg.num_layers)
       fail("target layer id ", id, " is outside -1..", cfg.num_layers - 1,
@@ -93,12 +131,14 @@ DrafterData DrafterData::open(const std::string& path, const std::string& target
 }
 
 size_t DrafterData::size() const {
-  return dataset_ ? dataset_->size() : regen_->records.size();
+  return dataset_ ? dataset_->size() : regen_->lines.size();
 }
 
 TrainSample DrafterData::load(size_t i) const {
   if (dataset_) return to_device(dataset_->load(i), device_);
-  const datagen::RegenRecord& rec = regen_->records.at(i);
+  const Regenerated::Line& line = regen_->lines.at(i);
+  const datagen::RegenRecord rec =
+      datagen::parse_regen_line(regen_->text(line), regen_->file.path(), line.number);
   TrainSample t;
   t.id = rec.id;
   t.tokens = rec.input_ids;

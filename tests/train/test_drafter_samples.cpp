@@ -109,6 +109,9 @@ TEST(DrafterSamples, DataThatCannotTrainIsRefusedNamingWhy) {
   j["input_ids"][0] = 1 << 20;
   const std::string bad_token = t.write("token.jsonl", text + j.dump() + "\n");
   refused([&](DrafterTrainConfig& c) { c.data = bad_token; }, {bad_token, "id 12345", "1048576"});
+  // Two records of one id (two regenerations concatenated without renumbering).
+  const std::string twice = t.write("twice.jsonl", text + line + "\n");
+  refused([&](DrafterTrainConfig& c) { c.data = twice; }, {twice, "appears twice"});
   // Answers of another target (the CRC32 of its config.json in PATH.meta.json).
   const std::string other = t.write("other.jsonl", text);
   t.write("other.jsonl.meta.json", "{\"config_crc32\": \"deadbeef\"}");

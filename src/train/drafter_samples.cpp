@@ -17,16 +17,22 @@ namespace dspark::train {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-TrainSample to_device(const HiddenDataset::Sample& s, const torch::Device& device) {
+TrainSample to_device(HiddenDataset::Sample s, const torch::Device& device) {
   TrainSample t;
   t.id = s.id;
-  t.tokens = s.tokens;
-  t.loss_mask = s.loss_mask;
   t.layers = s.layers;
   t.hidden_size = s.hidden;
-  auto view = torch::from_blob(const_cast<float*>(s.hidden_states.data()),
-                               {int64_t(s.tokens.size()), s.layers + 1, s.hidden}, torch::kFloat32);
-  t.hidden = device.is_cpu() ? view.clone() : view.to(device);
+  const std::vector<int64_t> shape{int64_t(s.tokens.size()), s.layers + 1, s.hidden};
+  if (device.is_cpu()) {
+    // No copy on the CPU: the tensor takes the sample's buffer and frees it with itself.
+    auto states = std::make_shared<std::vector<float>>(std::move(s.hidden_states));
+    t.hidden = torch::from_blob(
+        states->data(), shape, [states](void*) {}, torch::kFloat32);
+  } else {
+    t.hidden = torch::from_blob(s.hidden_states.data(), shape, torch::kFloat32).to(device);
+  }
+  t.tokens = std::move(s.tokens);
+  t.loss_mask = std::move(s.loss_mask);
   return t;
 }
 
@@ -115,10 +121,6 @@ DrafterData DrafterData::open(const std::string& path, const std::string& target
   r->vocab = cfg.vocab_size;
   r->file = MappedFile(path);
   r->index();
-  for (int id : tap_layers)
-    if (id < -1 || id >= cfg.num_layers)
-      fail("target layer id ", id, " is outside -1..", cfg.num_layers - 1,
-           " (the --target's layers)");
   r->target = CausalLM(cfg);
   load_hf_weights(r->target, target);
   r->target->to(device);

@@ -30,16 +30,18 @@ struct TrainSample {
       hidden;  // [T, layers + 1, hidden_size] f32 on the device; slot `layers` is final-normed
 };
 
-// A dataset's or the online stream's sample, its hidden states copied to `device`.
-TrainSample to_device(const HiddenDataset::Sample& s, const torch::Device& device);
+// A dataset's or the online stream's sample with its hidden states on `device` (on the CPU the
+// tensor takes over the sample's buffer; pass an rvalue to avoid copying it).
+TrainSample to_device(HiddenDataset::Sample s, const torch::Device& device);
 
 class DrafterData {
  public:
   // `path`: a hidden-state dataset directory, or a regenerated-data JSONL file whose hidden states
   // `target` computes at `tap_layers` (0-based decoder-layer outputs, -1 the embeddings) on
-  // `device`. Errors name the path, the record or the field: an unfinished dataset or regeneration
-  // (a partial last line), data made from another target (the CRC32 of its config.json in the
-  // dataset's manifest or in PATH.meta.json), a token id outside the target's vocabulary.
+  // `device`; the caller checks `tap_layers` against the target (the trainer's check_layer_ids,
+  // which names the flag). Errors name the path, the record or the field: an unfinished dataset or
+  // regeneration (a partial last line), data made from another target (the CRC32 of its config.json
+  // in the dataset's manifest or in PATH.meta.json), a token id outside the target's vocabulary.
   static DrafterData open(const std::string& path, const std::string& target,
                           const std::vector<int>& tap_layers, const torch::Device& device);
   // True for a path that names regenerated data (a file) rather than a dataset (a directory).

@@ -701,8 +701,7 @@ double train_drafter(const DrafterTrainConfig& cfg) {
       if (src) {
         std::optional<OnlineItem> it = src->pop();
         if (!it) break;
-        s = to_device(it->sample, device);
-        it->sample = HiddenDataset::Sample{};
+        s = to_device(std::move(it->sample), device);
         anchor_seed = c.seed * 1000003ull + uint64_t(it->prompt) * 7919ull;
         items.push_back(std::move(*it));
       } else {

@@ -45,8 +45,8 @@ int bench_step(int argc, char** argv) {
       .flag("sps-out", "also write this machine's SPS(B) curve for the scheduler to FILE (use it as "
                        "\"dspark_sps_curve\": \"FILE\" in dspark serve's speculative config)")
       .flag("num-speculative-tokens", "with --sps-out: the K the curve is for (1..K+1 profiled densely)", true, "8")
-      .flag("max-step-tokens", "with --sps-out: the largest step B (dspark serve's --max-num-batched-tokens)", true,
-            "512");
+      .flag("max-step-tokens", "with --sps-out: the largest step B, as dspark serve's --max-num-batched-tokens "
+                               "(profiled up to 512 tokens, extrapolated beyond)", true, "2048");
   add_runtime_flags(args);
   args.parse(argc, argv);
   if (args.help_requested()) {

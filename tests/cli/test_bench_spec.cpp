@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -310,6 +311,67 @@ TEST_F(BenchSpec, F32GreedyOutputsAreTokenIdenticalWithTheDemoDrafter) {
     EXPECT_EQ(l["plain_text"], l["spec_text"]);
     EXPECT_GE(l["tokens_per_round"].get<double>(), 1.0);
   }
+}
+
+}  // namespace
+
+namespace {
+
+// `dspark bench step --sps-out FILE` writes the curve that a speculative config names: one entry
+// per step size B = 1 .. --max-step-tokens (serve's --max-num-batched-tokens, 2048, by default),
+// positive and never rising (a larger step is never faster), for the K it was asked for; and
+// bench spec's scheduler runs on it (token-identical at f32, every verification length counted).
+TEST(BenchStep, SpsOutWritesTheCurveTheSchedulerLoads) {
+  const std::string models = DSPARK_MODELS_DIR;
+  char tmpl[] = "/tmp/dspark_bench_step_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const std::string curve = dir + "/sps.json", err = dir + "/stderr";
+  auto run = [&](const std::string& args) {
+    const int status = std::system(("timeout 300 " + std::string(DSPARK_BIN) + " " + args + " > " +
+                                    quote(dir + "/stdout") + " 2> " + quote(err))
+                                       .c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  };
+  const std::string step = "bench step --model " + quote(models + "/demo") +
+                           " --contexts 64 --batches 1 --tokens 1 --reps 1 --prefill-tokens 0";
+  for (const auto& [flags, size, k] : std::vector<std::tuple<std::string, size_t, int>>{
+           {"", 2048, 8}, {" --max-step-tokens 100 --num-speculative-tokens 4", 100, 4}}) {
+    ASSERT_EQ(run(step + flags + " --sps-out " + quote(curve)), 0) << slurp(err);
+    const json f = json::parse(slurp(curve));
+    EXPECT_EQ(f["num_speculative_tokens"], k);
+    EXPECT_EQ(f["dtype"], "BF16");
+    const std::vector<double> sps = f["dspark_sps_curve"].get<std::vector<double>>();
+    ASSERT_EQ(sps.size(), size) << flags;
+    EXPECT_GT(sps.back(), 0.0);
+    for (size_t b = 1; b < sps.size(); ++b) EXPECT_LE(sps[b], sps[b - 1]) << "B = " << b + 1;
+    EXPECT_GT(sps[0], sps.back()) << "a step of " << size << " tokens costs more than one of 1";
+  }
+  const std::string prompts = dir + "/prompts.jsonl";
+  std::ofstream(prompts) << R"({"prompt": "What is 12 times 7? Explain the steps.", "domain": "math"})"
+                         << "\n";
+  const std::string spec = R"({"model": ")" + models + R"(/demo-dspark", "method": "dspark", )" +
+                           R"("num_speculative_tokens": 4, "enable_adaptive_verification": true, )" +
+                           R"("dspark_sps_curve": ")" + curve + R"("})";
+  ASSERT_EQ(run("bench spec --model " + quote(models + "/demo") + " --prompts " + quote(prompts) +
+                " --max-tokens 24 --dtype f32 --json --speculative-config " + quote(spec)),
+            0)
+      << slurp(err);
+  const json j = json::parse(slurp(dir + "/stdout"));
+  EXPECT_EQ(j["all"]["identical_outputs"], 1);
+  const json& counts = j["verify_length_hist"]["counts"];
+  ASSERT_EQ(counts.size(), 5u);  // lengths 0..K, K = 4 from the config
+  int64_t rounds = 0;
+  for (const auto& c : counts) rounds += c.get<int64_t>();
+  EXPECT_EQ(rounds, j["all"]["rounds"].get<int64_t>());
+  // A curve for a smaller K than the config's is refused, naming the field.
+  std::ofstream(curve) << R"({"dspark_sps_curve": [500, 400, 300]})";
+  EXPECT_NE(run("bench spec --model " + quote(models + "/demo") + " --prompts " + quote(prompts) +
+                " --max-tokens 4 --speculative-config " + quote(spec)),
+            0);
+  EXPECT_NE(slurp(err).find("'dspark_sps_curve' has 3 entries but needs at least 5"), std::string::npos)
+      << slurp(err);
+  fs::remove_all(dir);
 }
 
 }  // namespace

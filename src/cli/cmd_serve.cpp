@@ -1,4 +1,5 @@
 // dspark serve: an OpenAI-compatible HTTP server over the continuous-batching engine.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -41,7 +42,7 @@ int cmd_serve(int argc, char** argv) {
       .flag("max-model-len",
             "prompt + output tokens at most (0: the model's max_position_embeddings)", true, "0")
       .flag("max-body-mib", "largest request body in MiB (larger ones get 413)", true, "8")
-      .flag("idle-timeout", "seconds an idle keep-alive connection stays open", true, "5")
+      .flag("idle-timeout", "seconds a connection may send nothing, between requests (keep-alive) or within one", true, "5")
       .flag("prefill-first",
             "steps with prompts to prefill run only those (lower TTFT; decoding requests wait one "
             "step per arrival). Default: prompt chunks share each step with the decoding rounds",
@@ -71,6 +72,9 @@ int cmd_serve(int argc, char** argv) {
   so.model_root = dir;
   so.max_body_bytes = size_t(args.integer("max-body-mib", 1, 4096)) << 20;
   so.keep_alive_timeout_s = int(args.integer("idle-timeout", 1, 3600));
+  // A request that stalls half-sent is as idle as a connection between requests: without this a
+  // client could hold one of the HTTP threads for 30 s per byte.
+  so.read_timeout_s = std::min(so.read_timeout_s, so.keep_alive_timeout_s);
 
   EngineOptions eo;
   eo.max_num_seqs = int(args.integer("max-num-seqs", 1, 4096));

@@ -332,6 +332,7 @@ void Engine::finish(Seq& s, const char* reason) {
       reason = "stop";
     s.pending.text += tail;
   }
+  if (s.stops.stopped() && s.pending.stop_token < 0) s.pending.stop_string = s.stops.matched();
   s.pending.finished = true;
   s.pending.finish_reason = reason;
   s.has_pending = true;
@@ -345,6 +346,8 @@ bool Engine::emit(Seq& s, int32_t token) {
   ++live_.generation_tokens;
   const auto& ids = s.req.params.stop_token_ids;
   if (std::find(ids.begin(), ids.end(), token) != ids.end()) {
+    const auto& eos = model_.config().eos_token_ids;
+    if (std::find(eos.begin(), eos.end(), token) == eos.end()) s.pending.stop_token = token;
     finish(s, "stop");
     return false;
   }

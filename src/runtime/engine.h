@@ -85,6 +85,10 @@ struct RequestOutput {
   std::vector<int32_t> token_ids;  // new token ids since the previous output
   bool finished = false;
   std::string finish_reason;  // when finished: "stop", "length" or "abort"
+  // What stopped a "stop" (vLLM's stop_reason): a stop string, or a stop token that is not one of
+  // the model's end-of-sequence ids (-1: neither, as for the end of sequence).
+  std::string stop_string;
+  int32_t stop_token = -1;
   std::string error;      // why an "abort" the client did not ask for happened (shutdown, failure)
   int prompt_tokens = 0;  // totals so far
   int completion_tokens = 0;

@@ -20,7 +20,13 @@ std::string StopStringFilter::push(const std::string& piece) {
   if (stopped_) return "";
   pending_ += piece;
   size_t cut = std::string::npos;
-  for (const auto& s : stops_) cut = std::min(cut, pending_.find(s));
+  for (const auto& s : stops_) {
+    const size_t at = pending_.find(s);
+    if (at < cut) {
+      cut = at;
+      matched_ = s;
+    }
+  }
   if (cut != std::string::npos) {
     stopped_ = true;
     std::string out = pending_.substr(0, cut);

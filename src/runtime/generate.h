@@ -46,9 +46,12 @@ class StopStringFilter {
   std::string push(const std::string& piece);
   std::string flush();  // the held-back tail (when generation ends without a stop)
   bool stopped() const { return stopped_; }
+  // The stop string that matched (the earliest in the text; empty before a match).
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
+  std::string matched_;
   size_t hold_ = 0;
   std::string pending_;
   bool stopped_ = false;

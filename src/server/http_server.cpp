@@ -498,6 +498,7 @@ struct HttpServer::Impl {
     std::string text;
     std::vector<int32_t> ids;
     std::string finish_reason, error;
+    nlohmann::ordered_json stop_reason;
     int prompt_tokens = 0, completion_tokens = 0;
     for (bool done = false; !done;) {
       for (RequestOutput& o : chan->take(kPollInterval)) {
@@ -508,6 +509,7 @@ struct HttpServer::Impl {
         if (o.finished) {
           done = true;
           finish_reason = o.finish_reason;
+          stop_reason = stop_reason_value(o);
           error = o.error;
         }
       }
@@ -532,7 +534,8 @@ struct HttpServer::Impl {
                      "", "request_aborted");
     }
     send_json(
-        res, completion_response(meta, text, ids, finish_reason, prompt_tokens, completion_tokens));
+        res, completion_response(meta, text, ids, finish_reason, stop_reason, prompt_tokens,
+                                  completion_tokens));
   }
 
   // The engine refuses what it can never run (a prompt over the context, say) with a message that

@@ -22,7 +22,7 @@ struct ServerOptions {
   std::string model_root;            // the model directory, reported as /v1/models "root"
   size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
   int keep_alive_timeout_s = 5;      // idle keep-alive connections are closed after this
-  int read_timeout_s = 30;           // a client that sends nothing for this long is dropped
+  int read_timeout_s = 30;  // a client that sends nothing mid-request for this long is dropped
   int write_timeout_s = 30;   // one that reads nothing for this long too (its request aborted)
   int http_threads = 128;     // connections served at once; a stream holds one thread
   int drain_timeout_s = 600;  // shutdown(): longest wait for responses still being written

@@ -36,9 +36,15 @@ json finish_value(const std::string& reason) {
 
 }  // namespace
 
+json stop_reason_value(const RequestOutput& out) {
+  if (out.stop_token >= 0) return out.stop_token;
+  if (!out.stop_string.empty()) return out.stop_string;
+  return nullptr;
+}
+
 json completion_response(const ResponseMeta& meta, const std::string& text,
                          const std::vector<int32_t>& token_ids, const std::string& finish_reason,
-                         int prompt_tokens, int completion_tokens) {
+                         const json& stop_reason, int prompt_tokens, int completion_tokens) {
   json out = {{"id", meta.id},
               {"object", meta.kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
               {"created", meta.created},
@@ -51,6 +57,7 @@ json completion_response(const ResponseMeta& meta, const std::string& text,
   }
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = finish_value(finish_reason);
+  choice["stop_reason"] = stop_reason;
   if (meta.return_token_ids) {
     // vLLM: the prompt's ids at the top level for chat, in the choice for completions.
     if (meta.kind == ApiKind::Chat)
@@ -115,11 +122,13 @@ std::string StreamFormatter::on_output(const RequestOutput& out) {
                    {"delta", std::move(delta)},
                    {"logprobs", nullptr},
                    {"finish_reason", finish}};
+    if (out.finished) choice["stop_reason"] = stop_reason_value(out);
     if (meta_.return_token_ids) choice["token_ids"] = out.token_ids;
     events += sse_event(with_transfer(chunk(std::move(choice)), out.finished));
   } else {
     json choice = {
         {"index", 0}, {"text", out.text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    if (out.finished) choice["stop_reason"] = stop_reason_value(out);
     if (meta_.return_token_ids) {
       if (first_)
         choice["prompt_token_ids"] = meta_.prompt_token_ids;  // vLLM: in the first chunk only

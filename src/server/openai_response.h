@@ -31,11 +31,16 @@ ResponseMeta make_response_meta(ApiKind kind, const std::string& request_id,
 
 nlohmann::ordered_json usage_json(int prompt_tokens, int completion_tokens);
 
+// vLLM's stop_reason for a finished output: the stop token id (not an end-of-sequence id) or the
+// stop string that ended it; null otherwise (end of sequence, length, abort).
+nlohmann::ordered_json stop_reason_value(const RequestOutput& out);
+
 // The whole (non-streaming) response.
 nlohmann::ordered_json completion_response(const ResponseMeta& meta, const std::string& text,
                                            const std::vector<int32_t>& token_ids,
-                                           const std::string& finish_reason, int prompt_tokens,
-                                           int completion_tokens);
+                                           const std::string& finish_reason,
+                                           const nlohmann::ordered_json& stop_reason,
+                                           int prompt_tokens, int completion_tokens);
 
 // JSON text as sent: invalid UTF-8 (never expected from the engine) becomes U+FFFD.
 std::string dump_json(const nlohmann::ordered_json& j);

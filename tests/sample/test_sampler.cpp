@@ -189,7 +189,15 @@ TEST(StopStrings, CutBeforeTheFirstStopAcrossPieces) {
   for (const char* piece : {"Hello ", "wor", "ld</", "en", "d> more"}) out += f.push(piece);
   EXPECT_TRUE(f.stopped());
   EXPECT_EQ(out, "Hello world");
+  EXPECT_EQ(f.matched(), "</end>");  // vLLM's stop_reason
   EXPECT_EQ(f.flush(), "");
+}
+
+TEST(StopStrings, TheEarliestStopInTheTextIsTheOneMatched) {
+  StopStringFilter f({"later", "soon"});
+  EXPECT_EQ(f.matched(), "");
+  EXPECT_EQ(f.push("one soon, later"), "one ");
+  EXPECT_EQ(f.matched(), "soon");
 }
 
 TEST(StopStrings, HoldsBackOnlyWhatCouldStartAStop) {

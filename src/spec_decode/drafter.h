@@ -88,8 +88,8 @@ class Drafter {
   virtual void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& sampling,
                        Draft& out) = 0;
   // propose() for many sequences in one pass. Each job's draft must be what propose() gives it
-  // alone. The default runs them one by one; DSpark and DFlash run every block through the
-  // backbone together.
+  // alone. The default runs them one by one (n-gram); DSpark and DFlash run every block through
+  // the backbone together, EAGLE-3 each chained step for every sequence at once.
   virtual void propose_batch(std::span<const DraftJob> jobs) {
     for (const DraftJob& j : jobs) propose(j.seq, j.anchor, j.pos, j.k, j.sampling, *j.out);
   }

@@ -132,23 +132,69 @@ class Eagle3Drafter : public Drafter {
     for (int i = 0; i < k; ++i) {
       // The pair (token, feature) sits at position pos - 1 + i.
       step(seq, std::span<const int32_t>(&token, 1), feature_.data(), pos - 1 + i, out_hidden_.data());
-      hidden_.resize(size_t(H));
-      rmsnorm(out_hidden_.data(), H, norm_, hidden_.data(), H, 1, int(H), cfg_.layers.rms_norm_eps);
-      draft_logits_.resize(size_t(draft_vocab_));
-      gemm(hidden_.data(), 1, lm_head_, draft_logits_.data());
-      full_.assign(size_t(vocab_), -std::numeric_limits<float>::infinity());
-      for (int d = 0; d < draft_vocab_; ++d) full_[size_t(to_target_[size_t(d)])] = draft_logits_[size_t(d)];
-      if (ds.dense_q()) {
-        float* q = out.q.data() + int64_t(i) * vocab_;
-        sampler_.dense(full_.data(), vocab_, ds.params, q);
-        token = Sampler::draw_dense(q, vocab_, *ds.rng);
-      } else {
-        token = argmax(full_.data(), vocab_);
-      }
-      out.tokens.push_back(token);
+      head(out_hidden_.data(), 1);
+      token = pick(draft_logits_.data(), ds, out, i);
       feature_.assign(out_hidden_.data(), out_hidden_.data() + H);  // the layer's own output feeds the next step
     }
     kv_.truncate(seq, pos);  // drop the chained rows; keep the verified ones
+  }
+
+  // Every job's step i in one pass through the layers and the head (jobs with k > i), so a batch
+  // streams the drafter's weights k times, not k times per sequence. The rows are what propose()
+  // runs one at a time; each job samples from its own stream, in its own order.
+  void propose_batch(std::span<const DraftJob> jobs) override {
+    if (jobs.size() < 2) {
+      Drafter::propose_batch(jobs);
+      return;
+    }
+    const int64_t H = hidden();
+    const size_t J = jobs.size();
+    int kmax = 0;
+    batch_tokens_.resize(J);
+    batch_feats_.resize(J * size_t(H));
+    for (size_t j = 0; j < J; ++j) {
+      const DraftJob& job = jobs[j];
+      Draft& out = *job.out;
+      out.clear();
+      out.vocab = vocab_;
+      if (job.k <= 0) continue;
+      if (job.sampling.dense_q()) out.q.resize(size_t(job.k) * size_t(vocab_));
+      const std::vector<float>& pending = states_.at(job.seq).pending;
+      std::memcpy(batch_feats_.data() + j * size_t(H), pending.data(), size_t(H) * 4);
+      batch_tokens_[j] = job.anchor;
+      kmax = std::max(kmax, job.k);
+    }
+    for (int i = 0; i < kmax; ++i) {
+      // Gather the rows of the jobs still drafting; every sequence's cache grows before any
+      // block table is read.
+      active_.clear();
+      for (size_t j = 0; j < J; ++j)
+        if (jobs[j].k > i) active_.push_back(j);
+      const int n = int(active_.size());
+      step_tokens_.resize(size_t(n));
+      step_feats_.resize(size_t(n) * size_t(H));
+      for (int r = 0; r < n; ++r) {
+        const size_t j = active_[size_t(r)];
+        grow(jobs[j].seq, jobs[j].pos + i);
+        step_tokens_[size_t(r)] = batch_tokens_[j];
+        std::memcpy(step_feats_.data() + int64_t(r) * H, batch_feats_.data() + j * size_t(H), size_t(H) * 4);
+      }
+      blocks_.clear();
+      for (int r = 0; r < n; ++r) {
+        const DraftJob& job = jobs[active_[size_t(r)]];
+        blocks_.push_back({kv_.block_table(job.seq), job.pos - 1 + i, 1});
+      }
+      run_rows(step_tokens_.data(), step_feats_.data(), blocks_);
+      head(res_.data(), n);
+      for (int r = 0; r < n; ++r) {
+        const size_t j = active_[size_t(r)];
+        const float* row_out = res_.data() + int64_t(r) * H;
+        batch_tokens_[j] = pick(draft_logits_.data() + int64_t(r) * draft_vocab_, jobs[j].sampling, *jobs[j].out, i);
+        std::memcpy(batch_feats_.data() + j * size_t(H), row_out, size_t(H) * 4);
+      }
+    }
+    for (const DraftJob& job : jobs)
+      if (job.k > 0) kv_.truncate(job.seq, job.pos);
   }
 
  private:
@@ -158,6 +204,31 @@ class Eagle3Drafter : public Drafter {
 
   int64_t hidden() const { return cfg_.layers.hidden_size; }
 
+  // draft_logits_[n][draft_vocab] = lm_head(norm(h[n][H])).
+  void head(const float* h, int n) {
+    const int64_t H = hidden();
+    hidden_.resize(size_t(n) * size_t(H));
+    rmsnorm(h, H, norm_, hidden_.data(), H, n, int(H), cfg_.layers.rms_norm_eps);
+    draft_logits_.resize(size_t(n) * size_t(draft_vocab_));
+    gemm(hidden_.data(), n, lm_head_, draft_logits_.data());
+  }
+
+  // Draft i of `out` from one row of draft logits: sampled from q (kept in out.q) or the argmax.
+  int32_t pick(const float* logits, const DraftSampling& ds, Draft& out, int i) {
+    full_.assign(size_t(vocab_), -std::numeric_limits<float>::infinity());
+    for (int d = 0; d < draft_vocab_; ++d) full_[size_t(to_target_[size_t(d)])] = logits[d];
+    int32_t token;
+    if (ds.dense_q()) {
+      float* q = out.q.data() + int64_t(i) * vocab_;
+      sampler_.dense(full_.data(), vocab_, ds.params, q);
+      token = Sampler::draw_dense(q, vocab_, *ds.rng);
+    } else {
+      token = argmax(full_.data(), vocab_);
+    }
+    out.tokens.push_back(token);
+    return token;
+  }
+
   // g_ = fc(features) for all rows.
   void fuse(const TargetFeatures& f, State&) {
     if (f.width != fc_.k) fail("eagle3: target features have width ", f.width, ", fc expects ", fc_.k);
@@ -166,17 +237,31 @@ class Eagle3Drafter : public Drafter {
   }
 
   // Runs pairs (tokens[i], g[i]) at positions pos0 + i through the layers (causal), writing K/V;
-  // stores the pre-norm outputs in `out` when given.
+  // stores the pre-norm output of the last row in `out` when given.
   void step(int seq, std::span<const int32_t> tokens, const float* g, int pos0, float* out) {
-    const ModelConfig& L = cfg_.layers;
     const int n = int(tokens.size());
+    grow(seq, pos0 + n);
+    const SeqRows::Block b{kv_.block_table(seq), pos0, n};
+    run_rows(tokens.data(), g, std::span<const SeqRows::Block>(&b, 1));
+    if (out) std::memcpy(out, res_.data() + int64_t(n - 1) * hidden(), size_t(hidden()) * 4);
+  }
+
+  void grow(int seq, int len) {
+    kv_.reserve(seq, len);
+    kv_.set_length(seq, std::max(kv_.length(seq), len));
+  }
+
+  // The rows of `blocks` (each causal within its sequence), their tokens and features one after
+  // another, through the fused layer and the upper ones; the pre-norm outputs stay in res_.
+  void run_rows(const int32_t* tokens, const float* g, std::span<const SeqRows::Block> blocks) {
+    const ModelConfig& L = cfg_.layers;
+    int n = 0;
+    for (const SeqRows::Block& b : blocks) n += b.n;
     const int64_t H = L.hidden_size;
-    kv_.reserve(seq, pos0 + n);
-    kv_.set_length(seq, std::max(kv_.length(seq), pos0 + n));
     in_.resize(size_t(n) * size_t(2 * H));
     res_.resize(size_t(n) * size_t(H));
     emb_.resize(size_t(n) * size_t(H));
-    embed_rows(embed_->data, embed_->dtype, int(H), tokens.data(), n, emb_.data(), H);
+    embed_rows(embed_->data, embed_->dtype, int(H), tokens, n, emb_.data(), H);
     rmsnorm(emb_.data(), H, layer_.attn_norm, in_.data(), 2 * H, n, int(H), L.rms_norm_eps);
     rmsnorm(g, H, hidden_norm_, in_.data() + H, 2 * H, n, int(H), L.rms_norm_eps);
     for (int i = 0; i < n; ++i) {
@@ -184,13 +269,10 @@ class Eagle3Drafter : public Drafter {
       if (cfg_.norm_before_residual) std::memcpy(r, in_.data() + int64_t(i) * 2 * H + H, size_t(H) * 4);
       else std::memcpy(r, g + int64_t(i) * H, size_t(H) * 4);
     }
-    const LayerRows lr = rows_.make(inv_freq_, kv_.block_table(seq), pos0, n, SeqRows::Visibility::Causal);
+    const LayerRows lr = rows_.make_blocks(inv_freq_, blocks, SeqRows::Visibility::Causal);
     attention_block(L, layer_, kv_.layer(0), lr, in_.data(), 2 * H, res_.data(), scratch_);
     mlp_block(L, layer_, n, res_.data(), scratch_);
     for (size_t i = 0; i < upper_.size(); ++i) decoder_layer(L, upper_[i], kv_.layer(int(i) + 1), lr, res_.data(), scratch_);
-    if (out) {
-      std::memcpy(out, res_.data() + int64_t(n - 1) * H, size_t(H) * 4);
-    }
   }
 
   DrafterConfig cfg_;
@@ -214,6 +296,11 @@ class Eagle3Drafter : public Drafter {
   SeqRows rows_;
   std::vector<float> feature_, full_;
   Buffer<float> out_hidden_;
+  // propose_batch: each job's next token and feature, the rows of one step, the jobs in it.
+  std::vector<int32_t> batch_tokens_, step_tokens_;
+  Buffer<float> batch_feats_, step_feats_;
+  std::vector<size_t> active_;
+  std::vector<SeqRows::Block> blocks_;
 };
 
 }  // namespace

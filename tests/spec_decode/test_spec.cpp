@@ -15,6 +15,7 @@
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "model/forward.h"
+#include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/spec_generate.h"
 #include "sample/sampler.h"
@@ -359,6 +360,122 @@ TEST(Int8Drafter, ProposalsStayCloseToTheBf16Drafters) {
     if (kind == "dspark") {
       ASSERT_EQ(a.confidence.size(), b.confidence.size());
       EXPECT_NEAR(a.confidence[0], b.confidence[0], 0.02);
+    }
+  }
+}
+
+// The serving engine with every method: four requests decoded together (each step drafts for
+// all of them in one propose_batch and verifies them in one target pass), each token-identical
+// in f32 to plain greedy decoding of its prompt alone, with the drafts it gets alone (the same
+// accepted drafts in total).
+TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethodInTheBatchingEngine) {
+  Harness h("engine", 300, 5, 0.3f);
+  GenerateParams gp;
+  gp.max_tokens = 40;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::vector<int32_t>> want;
+  for (int r = 0; r < 4; ++r) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < 9 + 5 * r; ++i) p.push_back(int32_t((i * (7 + r) + 3) % 50));
+    want.push_back(h.plain(p, gp).tokens);
+    prompts.push_back(std::move(p));
+  }
+  for (const std::string kind : {"dspark", "dflash", "eagle3", "eagle3-2l", "eagle3-reduced", "ngram"}) {
+    const std::string dir = kind == "ngram" ? "" : h.drafter(kind);
+    SpecConfig sc = config_for(kind, dir, kind.starts_with("eagle3") ? 3 : 4, false, false, 0);
+    // Each request alone, full blocks: the drafts the engine must propose to it in the batch too,
+    // so the accepted drafts add up to the same total.
+    int64_t accepted_alone = 0;
+    {
+      auto d = load_drafter(sc, *h.target, DType::F32);
+      FullBlockPolicy full;
+      for (const auto& p : prompts) {
+        SpecMetrics m;
+        h.spec(p, gp, *d, sc, full, &m);
+        accepted_alone += m.accepted;
+      }
+    }
+    EngineOptions opt;
+    opt.kv_dtype = DType::F32;
+    opt.max_num_seqs = 4;
+    Engine e(*h.target, *h.tok, opt, load_drafter(sc, *h.target, DType::F32), sc,
+             std::make_unique<FullBlockPolicy>());
+    std::vector<std::vector<int32_t>> got(prompts.size());
+    std::vector<bool> done(prompts.size(), false);
+    for (size_t r = 0; r < prompts.size(); ++r)
+      e.submit(EngineRequest("r" + std::to_string(r), prompts[r], gp), [&got, &done, r](RequestOutput&& o) {
+        got[r].insert(got[r].end(), o.token_ids.begin(), o.token_ids.end());
+        if (o.finished) done[r] = true;
+      });
+    for (int step = 0; e.step(); ++step) ASSERT_LT(step, 10000) << kind << ": the engine never finished";
+    for (size_t r = 0; r < prompts.size(); ++r) {
+      EXPECT_TRUE(done[r]) << kind << ": request " << r;
+      EXPECT_EQ(got[r], want[r]) << kind << ": request " << r;
+    }
+    EXPECT_EQ(e.metrics().spec_num_accepted_tokens, accepted_alone) << kind;
+    EXPECT_GT(e.metrics().spec_num_drafts, 0) << kind;
+    // A random EAGLE-3 head (its own draft vocabulary) rarely agrees with the random target;
+    // DrafterBatch compares its batched drafts directly.
+    if (!kind.starts_with("eagle3")) EXPECT_GT(accepted_alone, 0) << kind;
+  }
+}
+
+// propose_batch (the serving engine's one drafting pass per step) gives every sequence the draft
+// propose() gives it alone: the same tokens and, sampled, the same q, for sequences of different
+// lengths and draft counts in one batch. DSpark and DFlash run their blocks through the backbone
+// together; EAGLE-3 runs each of its chained steps for all sequences at once. f32 drafters.
+TEST(DrafterBatch, ProposeBatchGivesEachSequenceWhatProposeGivesItAlone) {
+  Harness h("batch", 300, 13, 0.3f);
+  for (const std::string kind : {"dspark", "dflash", "eagle3", "eagle3-2l", "eagle3-reduced"}) {
+    DrafterSpec s;
+    s.std = 0.5f;
+    const std::string dir = h.drafter(kind, s);
+    SpecConfig cfg = config_for(kind, dir, 4, true, false, 0);
+    auto d = load_drafter(cfg, *h.target, DType::F32);
+    const std::vector<int> lengths = {11, 23, 17};
+    const std::vector<int> ks = {4, 2, 3};
+    std::vector<int> tseqs, dseqs;
+    for (size_t j = 0; j < lengths.size(); ++j) {
+      std::vector<int32_t> prompt;
+      for (int i = 0; i < lengths[j]; ++i) prompt.push_back(int32_t((i * 7 + 3 * j + 1) % 97));
+      tseqs.push_back(h.kv->create_sequence());
+      dseqs.push_back(d->begin());
+      Batch b;
+      for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int(i), tseqs.back(), true);
+      ForwardRequest req;
+      req.tap_layers = d->target_layers();
+      req.logits = false;
+      const ForwardOutput& out = h.fwd->run(b, req);
+      d->extend(dseqs.back(), prompt, 0, TargetFeatures{out.taps, out.n_out, out.n_taps * out.hidden});
+    }
+    for (const bool dense : {false, true}) {
+      SamplingParams sp;
+      sp.temperature = dense ? 1.f : 0.f;
+      std::vector<Draft> alone(lengths.size()), batched(lengths.size());
+      std::vector<Rng> rngs;
+      for (size_t j = 0; j < lengths.size(); ++j) rngs.emplace_back(100 + j);
+      for (size_t j = 0; j < lengths.size(); ++j)
+        d->propose(dseqs[j], int32_t(5 + j), lengths[j], ks[j], DraftSampling{dense, sp, &rngs[j]}, alone[j]);
+      rngs.clear();
+      for (size_t j = 0; j < lengths.size(); ++j) rngs.emplace_back(100 + j);
+      std::vector<DraftJob> jobs;
+      for (size_t j = 0; j < lengths.size(); ++j)
+        jobs.push_back({dseqs[j], int32_t(5 + j), lengths[j], ks[j], DraftSampling{dense, sp, &rngs[j]}, &batched[j]});
+      d->propose_batch(jobs);
+      for (size_t j = 0; j < lengths.size(); ++j) {
+        const std::string what = kind + (dense ? " sampled" : " greedy") + ", sequence " + std::to_string(j);
+        EXPECT_EQ(batched[j].tokens, alone[j].tokens) << what;
+        ASSERT_EQ(batched[j].tokens.size(), size_t(ks[j])) << what;
+        ASSERT_EQ(batched[j].q.size(), alone[j].q.size()) << what;
+        double worst = 0;
+        for (size_t v = 0; v < alone[j].q.size(); ++v)
+          worst = std::max(worst, std::abs(double(batched[j].q[v]) - double(alone[j].q[v])));
+        EXPECT_LT(worst, 1e-5) << what;
+      }
+    }
+    for (size_t j = 0; j < lengths.size(); ++j) {
+      d->end(dseqs[j]);
+      h.kv->free_sequence(tseqs[j]);
     }
   }
 }

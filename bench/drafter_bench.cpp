@@ -39,8 +39,9 @@ struct Setup {
 
   explicit Setup(int sequences) {
     target = Model::load(env_or("DSPARK_MODEL", "models/demo"));
-    SpecConfig sc = SpecConfig::parse(R"({"model": ")" + env_or("DSPARK_DRAFTER", "models/demo-dspark") +
-                                      R"(", "num_speculative_tokens": 8})");
+    SpecConfig sc =
+        SpecConfig::parse(R"({"model": ")" + env_or("DSPARK_DRAFTER", "models/demo-dspark") +
+                          R"(", "num_speculative_tokens": 8})");
     drafter = load_drafter(sc, *target, DType::BF16);
     k = std::min(8, drafter->max_draft_tokens());
     const ModelConfig& c = target->config();
@@ -57,7 +58,8 @@ struct Setup {
       req.logits = false;
       const ForwardOutput& out = fwd->run(b, req);
       dseqs.push_back(drafter->begin());
-      drafter->extend(dseqs.back(), prompt, 0, TargetFeatures{out.taps, out.n_out, out.n_taps * out.hidden});
+      drafter->extend(dseqs.back(), prompt, 0,
+                      TargetFeatures{out.taps, out.n_out, out.n_taps * out.hidden});
       positions.push_back(int(prompt.size()));
     }
   }
@@ -74,21 +76,27 @@ void run(benchmark::State& state, bool batched) {
   std::vector<Draft> drafts(static_cast<size_t>(B));
   std::vector<DraftJob> jobs;
   for (int j = 0; j < B; ++j)
-    jobs.push_back({s.dseqs[size_t(j)], 1000, s.positions[size_t(j)], s.k, DraftSampling{true, sp, &rng},
-                    &drafts[size_t(j)]});
+    jobs.push_back({s.dseqs[size_t(j)], 1000, s.positions[size_t(j)], s.k,
+                    DraftSampling{true, sp, &rng}, &drafts[size_t(j)]});
   for (auto _ : state) {
     if (batched) {
       s.drafter->propose_batch(jobs);
     } else {
-      for (const DraftJob& j : jobs) s.drafter->propose(j.seq, j.anchor, j.pos, j.k, j.sampling, *j.out);
+      for (const DraftJob& j : jobs)
+        s.drafter->propose(j.seq, j.anchor, j.pos, j.k, j.sampling, *j.out);
     }
     benchmark::DoNotOptimize(drafts.data());
   }
-  state.counters["sequences_per_s"] = benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["sequences_per_s"] =
+      benchmark::Counter(double(B), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_ProposeOneByOne(benchmark::State& state) { run(state, false); }
-void BM_ProposeBatch(benchmark::State& state) { run(state, true); }
+void BM_ProposeOneByOne(benchmark::State& state) {
+  run(state, false);
+}
+void BM_ProposeBatch(benchmark::State& state) {
+  run(state, true);
+}
 
 BENCHMARK(BM_ProposeOneByOne)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ProposeBatch)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/cpu.h"
 #include "core/error.h"
+#include "core/thread_pool.h"
 #include "core/timer.h"
+#include "kernels/gemm.h"
 #include "runtime/step_profile.h"
 #include "spec_decode/prefix_scheduler.h"
 #include "spec_decode/verify.h"
@@ -109,6 +112,25 @@ std::vector<double> profile_sps_curve(const Model& target, DType kv_dtype, int K
   return sps_curve_from_profile(single, batched, K, max_tokens);
 }
 
+// A curve file describes the machine and settings it was measured with; the scheduler's lengths
+// are only right where those hold, so a file from another CPU, kernel backend, thread count or
+// dtype is refused (issue 20: never a curve from another machine).
+static void check_sps_curve_origin(const SpecConfig::SpsCurveOrigin& o, DType dtype) {
+  if (o.file.empty()) return;
+  auto refuse = [&](const char* field, const std::string& file_value, const std::string& here) {
+    fail(o.file, ": field '", field, "' is '", file_value, "' but this run has '", here,
+         "': the SPS curve was measured on another machine or with other settings; write this "
+         "machine's with dspark bench step --sps-out (same --threads, --dtype and DSPARK_GEMM), or "
+         "use \"dspark_sps_curve\": \"auto\"");
+  };
+  if (!o.cpu.empty() && o.cpu != cpu_features().describe()) refuse("cpu", o.cpu, cpu_features().describe());
+  const std::string gemm = gemm_backend_name(gemm_backend());
+  if (!o.gemm.empty() && o.gemm != gemm) refuse("gemm", o.gemm, gemm);
+  if (!o.dtype.empty() && o.dtype != dtype_name(dtype)) refuse("dtype", o.dtype, dtype_name(dtype));
+  if (o.threads > 0 && o.threads != num_threads())
+    refuse("threads", std::to_string(o.threads), std::to_string(num_threads()));
+}
+
 std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, const Model& target,
                                                        DType kv_dtype, int max_step_tokens) {
   if (spec.confidence_threshold > 0)
@@ -122,6 +144,7 @@ std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, c
            " entries but needs at least ", K + 1,
            ": steps per second of a target step of 1, 2, ... tokens, up to K + 1 = ", K + 1,
            " (num_speculative_tokens ", K, " + 1)");
+    check_sps_curve_origin(spec.sps_curve_origin, kv_dtype);
     std::vector<double> sps{0.0};
     sps.insert(sps.end(), spec.sps_curve.begin(), spec.sps_curve.end());
     auto s = std::make_unique<PrefixScheduler>(std::move(sps));

@@ -131,6 +131,13 @@ SpecConfig SpecConfig::parse(const std::string& text) {
         if (f.is_discarded() || !f.is_object() || !f.contains("dspark_sps_curve"))
           fail(src, ": not a JSON object with a 'dspark_sps_curve' array (write it with dspark bench step --sps-out)");
         v = f["dspark_sps_curve"];
+        c.sps_curve_origin.file = src;
+        for (auto [key, out] : {std::pair<const char*, std::string*>{"cpu", &c.sps_curve_origin.cpu},
+                                {"gemm", &c.sps_curve_origin.gemm},
+                                {"dtype", &c.sps_curve_origin.dtype}})
+          if (f.contains(key) && f[key].is_string()) *out = f[key].get<std::string>();
+        if (f.contains("threads") && f["threads"].is_number_integer())
+          c.sps_curve_origin.threads = f["threads"].get<int>();
       }
       if (!v.is_array() || v.empty())
         fail(src, ": field 'dspark_sps_curve' must be \"auto\", a file name or a non-empty array of steps per "

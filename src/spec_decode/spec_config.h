@@ -28,6 +28,12 @@ struct SpecConfig {
   // Empty ("auto"): the target's step time is profiled at load and the drafting time is
   // learned from the rounds already run.
   std::vector<double> sps_curve;
+  // When the curve came from a file `dspark bench step --sps-out` wrote: its path and the machine
+  // it describes (fields absent from the file stay empty / 0 and are not checked).
+  struct SpsCurveOrigin {
+    std::string file, cpu, gemm, dtype;
+    int threads = 0;
+  } sps_curve_origin;
   // vLLM's "quantization" of the draft model: "int8" quantizes the drafter's bf16 matrices to
   // weight-only int8 (one scale per row) when it loads, halving the bytes a drafting round reads.
   // Empty: the drafter runs in the engine's dtype.

@@ -335,12 +335,14 @@ TEST(BenchStep, SpsOutWritesTheCurveTheSchedulerLoads) {
   };
   const std::string step = "bench step --model " + quote(models + "/demo") +
                            " --contexts 64 --batches 1 --tokens 1 --reps 1 --prefill-tokens 0";
-  for (const auto& [flags, size, k] : std::vector<std::tuple<std::string, size_t, int>>{
-           {"", 2048, 8}, {" --max-step-tokens 100 --num-speculative-tokens 4", 100, 4}}) {
+  // The last one is for the bench spec run below: f32, as that run is.
+  for (const auto& [flags, size, k, dtype] : std::vector<std::tuple<std::string, size_t, int, std::string>>{
+           {"", 2048, 8, "BF16"},
+           {" --max-step-tokens 100 --num-speculative-tokens 4 --dtype f32", 100, 4, "F32"}}) {
     ASSERT_EQ(run(step + flags + " --sps-out " + quote(curve)), 0) << slurp(err);
     const json f = json::parse(slurp(curve));
     EXPECT_EQ(f["num_speculative_tokens"], k);
-    EXPECT_EQ(f["dtype"], "BF16");
+    EXPECT_EQ(f["dtype"], dtype);
     const std::vector<double> sps = f["dspark_sps_curve"].get<std::vector<double>>();
     ASSERT_EQ(sps.size(), size) << flags;
     EXPECT_GT(sps.back(), 0.0);
@@ -364,6 +366,20 @@ TEST(BenchStep, SpsOutWritesTheCurveTheSchedulerLoads) {
   int64_t rounds = 0;
   for (const auto& c : counts) rounds += c.get<int64_t>();
   EXPECT_EQ(rounds, j["all"]["rounds"].get<int64_t>());
+  // A curve measured on another CPU, with other kernels, threads or dtype is refused, naming the
+  // file and the field: the scheduler's lengths are only right on the machine it describes.
+  const json good = json::parse(slurp(curve));
+  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
+           {"cpu", "Some Other CPU (avx2 fma)"}, {"gemm", "reference"}, {"threads", 7}, {"dtype", "BF16"}}) {
+    json bad = good;
+    bad[field] = value;
+    std::ofstream(curve) << bad.dump();
+    EXPECT_NE(run("bench spec --model " + quote(models + "/demo") + " --prompts " + quote(prompts) +
+                  " --max-tokens 4 --dtype f32 --speculative-config " + quote(spec)),
+              0)
+        << field;
+    EXPECT_NE(slurp(err).find(curve + ": field '" + field + "' is '"), std::string::npos) << slurp(err);
+  }
   // A curve for a smaller K than the config's is refused, naming the field.
   std::ofstream(curve) << R"({"dspark_sps_curve": [500, 400, 300]})";
   EXPECT_NE(run("bench spec --model " + quote(models + "/demo") + " --prompts " + quote(prompts) +

@@ -11,7 +11,11 @@
 #include <random>
 
 #include "../error_of.h"
+#include "core/cpu.h"
+#include "core/dtype.h"
+#include "core/thread_pool.h"
 #include "fixtures.h"
+#include "kernels/gemm.h"
 #include "runtime/spec_generate.h"
 #include "runtime/step_profile.h"
 #include "spec_decode/prefix_scheduler.h"
@@ -410,11 +414,13 @@ TEST(SpsCurve, BenchStepFileLoadsAndABadOneIsNamed) {
   const std::string file = (dir / "sps.json").string();
   const std::vector<double> sps = profile_sps_curve(*target, DType::F32, K, 16);
   {
+    // This machine's values, as bench step writes them (another machine's are refused:
+    // BenchStep.SpsOutWritesTheCurveTheSchedulerLoads).
     nlohmann::json f = {{"model", "small"},
-                        {"dtype", "f32"},
-                        {"threads", 1},
-                        {"gemm", "avx2"},
-                        {"cpu", "test"},
+                        {"dtype", dtype_name(DType::F32)},
+                        {"threads", num_threads()},
+                        {"gemm", gemm_backend_name(gemm_backend())},
+                        {"cpu", cpu_features().describe()},
                         {"num_speculative_tokens", K},
                         {"dspark_sps_curve", std::vector<double>(sps.begin() + 1, sps.end())}};
     std::ofstream(file) << f.dump(1) << "\n";

@@ -2,7 +2,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <unordered_set>
+#include <unordered_map>
 
 #include "core/crc32.h"
 #include "core/error.h"
@@ -73,29 +73,37 @@ RegenRecord parse_regen_line(std::string_view line, const std::string& path, int
   return r;
 }
 
-RegenFile read_regen_file(const std::string& path, bool missing_ok) {
-  RegenFile out;
-  if (missing_ok && !std::filesystem::exists(path)) return out;
-  const std::string text = read_text_file(path);
-  std::unordered_set<int64_t> seen;
+uint64_t for_each_regen_record(
+    std::string_view text, const std::string& path,
+    const std::function<void(RegenRecord&& record, std::string_view line, int64_t number)>& on_record) {
+  std::unordered_map<int64_t, int64_t> first_line;  // id -> the line it was first seen on
   size_t pos = 0;
   int64_t number = 0;
   while (pos < text.size()) {
     const size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) break;  // no newline: the write of this line never finished
     ++number;
-    if (end == std::string::npos) {  // no newline: the write of this line never finished
-      out.truncated_tail = true;
-      break;
-    }
-    std::string_view line(text.data() + pos, end - pos);
+    const std::string_view line = text.substr(pos, end - pos);
     if (!line.empty()) {
       RegenRecord r = parse_regen_line(line, path, number);
-      if (!seen.insert(r.id).second) fail(path, ":", number, ": id ", r.id, " appears twice");
-      out.records.push_back(std::move(r));
+      const auto [it, fresh] = first_line.emplace(r.id, number);
+      if (!fresh)
+        fail(path, ":", number, ": id ", r.id, " appears twice (also on line ", it->second, ")");
+      on_record(std::move(r), line, number);
     }
     pos = end + 1;
-    out.good_bytes = pos;
   }
+  return pos;
+}
+
+RegenFile read_regen_file(const std::string& path, bool missing_ok) {
+  RegenFile out;
+  if (missing_ok && !std::filesystem::exists(path)) return out;
+  const std::string text = read_text_file(path);
+  out.good_bytes = for_each_regen_record(text, path, [&](RegenRecord&& r, std::string_view, int64_t) {
+    out.records.push_back(std::move(r));
+  });
+  out.truncated_tail = out.good_bytes < text.size();
   out.crc32 = crc32_bytes(text.data(), size_t(out.good_bytes));
   return out;
 }

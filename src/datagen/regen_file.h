@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,14 @@ std::string regen_record_line(const RegenRecord& r);
 // format throws Error naming the file, the line and the field. (Readers that keep only offsets
 // re-parse a record when they need it.)
 RegenRecord parse_regen_line(std::string_view line, const std::string& path, int64_t line_number);
+
+// Walks the complete lines of regenerated data `text` (the contents of `path`): each non-empty
+// line is parsed (parse_regen_line) and handed to `on_record` with its text and 1-based number;
+// an id seen on an earlier line throws Error naming both lines. Returns the bytes up to the end of
+// the last complete line: less than text.size() when the last line never got its newline.
+uint64_t for_each_regen_record(
+    std::string_view text, const std::string& path,
+    const std::function<void(RegenRecord&& record, std::string_view line, int64_t number)>& on_record);
 
 struct RegenFile {
   std::vector<RegenRecord> records;

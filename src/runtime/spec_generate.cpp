@@ -123,7 +123,8 @@ static void check_sps_curve_origin(const SpecConfig::SpsCurveOrigin& o, DType dt
          "machine's with dspark bench step --sps-out (same --threads, --dtype and DSPARK_GEMM), or "
          "use \"dspark_sps_curve\": \"auto\"");
   };
-  if (!o.cpu.empty() && o.cpu != cpu_features().describe()) refuse("cpu", o.cpu, cpu_features().describe());
+  const std::string cpu = cpu_features().describe();
+  if (!o.cpu.empty() && o.cpu != cpu) refuse("cpu", o.cpu, cpu);
   const std::string gemm = gemm_backend_name(gemm_backend());
   if (!o.gemm.empty() && o.gemm != gemm) refuse("gemm", o.gemm, gemm);
   if (!o.dtype.empty() && o.dtype != dtype_name(dtype)) refuse("dtype", o.dtype, dtype_name(dtype));

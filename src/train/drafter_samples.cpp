@@ -1,7 +1,6 @@
 #include "train/drafter_samples.h"
 
 #include <algorithm>
-#include <cstring>
 #include <filesystem>
 #include <string_view>
 
@@ -55,37 +54,20 @@ struct DrafterData::Regenerated {
   // Every complete line parsed once: the format, unique ids, tokens inside the vocabulary.
   void index() {
     const std::string& path = file.path();
-    const char* d = reinterpret_cast<const char*>(file.data());
-    const size_t n = file.size();
-    std::vector<std::pair<int64_t, int64_t>> ids;  // (id, line number)
-    size_t pos = 0;
-    int64_t number = 0;
-    while (pos < n) {
-      const char* nl = static_cast<const char*>(std::memchr(d + pos, '\n', n - pos));
-      ++number;
-      if (!nl)
-        fail(path, ":", number,
-             ": the last line is incomplete (an interrupted dspark datagen regenerate); finish "
-             "it before training");
-      const size_t end = size_t(nl - d);
-      if (end > pos) {
-        const Line l{pos, end - pos, number};
-        const datagen::RegenRecord r = datagen::parse_regen_line(text(l), path, number);
-        for (int32_t t : r.input_ids)
-          if (t >= vocab)
-            fail(path, ":", number, ": record id ", r.id, " holds token id ", t,
-                 ", outside the --target's ", vocab, "-token vocabulary");
-        ids.emplace_back(r.id, number);
-        lines.push_back(l);
-      }
-      pos = end + 1;
-    }
+    const std::string_view all(reinterpret_cast<const char*>(file.data()), file.size());
+    const uint64_t good = datagen::for_each_regen_record(
+        all, path, [&](datagen::RegenRecord&& r, std::string_view line, int64_t number) {
+          for (int32_t t : r.input_ids)
+            if (t >= vocab)
+              fail(path, ":", number, ": record id ", r.id, " holds token id ", t,
+                   ", outside the --target's ", vocab, "-token vocabulary");
+          lines.push_back({uint64_t(line.data() - all.data()), line.size(), number});
+        });
+    if (good < all.size())
+      fail(path, ":", std::count(all.begin(), all.begin() + ptrdiff_t(good), '\n') + 1,
+           ": the last line is incomplete (an interrupted dspark datagen regenerate); finish it "
+           "before training");
     if (lines.empty()) fail(path, ": no records");
-    std::sort(ids.begin(), ids.end());
-    for (size_t i = 1; i < ids.size(); ++i)
-      if (ids[i].first == ids[i - 1].first)
-        fail(path, ":", ids[i].second, ": id ", ids[i].first, " appears twice (also on line ",
-             ids[i - 1].second, ")");
   }
 };
 

@@ -7,7 +7,7 @@ packages=(
   # toolchain
   build-essential cmake ninja-build clang libclang-rt-14-dev pkg-config git
   # engine libraries
-  libdnnl-dev nlohmann-json3-dev libcpp-httplib-dev libpcre2-dev libutf8proc-dev zlib1g-dev
+  libdnnl-dev nlohmann-json3-dev libcpp-httplib-dev libboost-dev libpcre2-dev libutf8proc-dev zlib1g-dev
   libhiredis-dev
   # training (its own binary): libtorch, with OpenBLAS behind it (Debian's default BLAS is
   # the slow reference one; the OpenMP build shares libgomp with libtorch)

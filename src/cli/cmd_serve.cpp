@@ -71,10 +71,7 @@ int cmd_serve(int argc, char** argv) {
   if (so.served_model_name.empty()) fail("flag --served-model-name must not be empty");
   so.model_root = dir;
   so.max_body_bytes = size_t(args.integer("max-body-mib", 1, 4096)) << 20;
-  so.keep_alive_timeout_s = int(args.integer("idle-timeout", 1, 3600));
-  // A request that stalls half-sent is as idle as a connection between requests: without this a
-  // client could hold one of the HTTP threads for 30 s per byte.
-  so.read_timeout_s = std::min(so.read_timeout_s, so.keep_alive_timeout_s);
+  so.idle_timeout_s = int(args.integer("idle-timeout", 1, 3600));
 
   EngineOptions eo;
   eo.max_num_seqs = int(args.integer("max-num-seqs", 1, 4096));
@@ -84,8 +81,6 @@ int cmd_serve(int argc, char** argv) {
   eo.prefill_first = args.on("prefill-first");
   std::optional<double> kv_gib;
   if (args.opt("kv-cache-memory")) kv_gib = args.number("kv-cache-memory", 1.0 / 1024, 1 << 20);
-  // A stream holds one HTTP thread; leave room for every running and many waiting requests.
-  so.http_threads = std::max(128, 4 * eo.max_num_seqs + 16);
 
   std::optional<SpecConfig> spec;
   if (auto sc = args.opt("speculative-config")) spec = SpecConfig::parse(*sc);

@@ -1,7 +1,5 @@
 #include "server/errors.h"
 
-#include <httplib.h>
-
 namespace dspark {
 
 ApiError bad_request(const std::string& message, const std::string& param,
@@ -18,12 +16,9 @@ nlohmann::ordered_json error_json(const ApiError& e) {
   return {{"error", std::move(err)}};
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  res.status = e.status;
+std::string error_body(const ApiError& e) {
   // replace: a message may quote a client's bytes; it must still be valid JSON.
-  res.set_content(
-      error_json(e).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
-      "application/json");
+  return error_json(e).dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
 ApiError error_for_status(int status, const std::string& path) {
@@ -38,8 +33,13 @@ ApiError error_for_status(int status, const std::string& path) {
                       "request_too_large");
     case 414:
       return ApiError(414, "invalid_request_error", "request URI too long", "", "uri_too_long");
-    case 416:
-      return ApiError(416, "invalid_request_error", "bad Range header", "", "bad_range");
+    case 415:
+      return ApiError(415, "invalid_request_error",
+                      "unsupported Content-Encoding: send the body uncompressed", "",
+                      "unsupported_media_type");
+    case 431:
+      return ApiError(431, "invalid_request_error", "request header fields too large", "",
+                      "headers_too_large");
     case 503:
       return ApiError(503, "service_unavailable_error", "the server is shutting down", "",
                       "server_draining");

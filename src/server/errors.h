@@ -6,10 +6,6 @@
 
 #include <nlohmann/json.hpp>
 
-namespace httplib {
-struct Response;
-}
-
 namespace dspark {
 
 // The OpenAI error object {"error": {"message", "type", "param", "code"}}. Types and codes:
@@ -41,8 +37,8 @@ ApiError bad_request(const std::string& message, const std::string& param = "",
                      const std::string& code = "");
 
 nlohmann::ordered_json error_json(const ApiError& e);
-// Sets status, the JSON body and its content type on `res`.
-void send_error(httplib::Response& res, const ApiError& e);
+// The JSON body of the error (a message that quotes a client's bytes is still valid JSON).
+std::string error_body(const ApiError& e);
 // The error for a bare status (unknown route, oversized body, ...) that no handler described.
 ApiError error_for_status(int status, const std::string& path);
 

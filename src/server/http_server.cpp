@@ -1,17 +1,12 @@
 #include "server/http_server.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <httplib.h>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -23,10 +18,9 @@
 #include "core/error.h"
 #include "server/errors.h"
 #include "server/hidden_export.h"
+#include "server/http_transport.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
-#include "server/output_channel.h"
-#include "server/peer_socket.h"
 #include "server/prometheus.h"
 
 #ifndef DSPARK_VERSION
@@ -37,22 +31,10 @@ namespace dspark {
 
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;  // responses: fields in the order OpenAI writes them
-using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// How long a waiting handler sleeps before it looks again for a stopping server.
-constexpr std::chrono::milliseconds kPollInterval{100};
 constexpr size_t kMaxRequestIdBytes = 256;
-// The listen backlog: httplib's is 5, and 64 clients connecting at once would then wait
-// a second each for a SYN retransmission.
-constexpr int kListenBacklog = 1024;
-
-// httplib::Server with access to its listening socket (to raise the backlog after binding).
-class Listener : public httplib::Server {
- public:
-  int socket_fd() const { return int(svr_sock_.load()); }
-};
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
   unsigned diff = unsigned(a.size() != b.size());
@@ -71,9 +53,12 @@ std::string random_hex_id() {
   return buf;
 }
 
-void send_json(httplib::Response& res, const ojson& j, int status = 200) {
-  res.status = status;
-  res.set_content(dump_json(j), "application/json");
+HttpResponse json_response(const ojson& j, int status = 200) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = dump_json(j);
+  return r;
 }
 
 // The methods each route answers; another method gets 405.
@@ -94,6 +79,32 @@ bool needs_auth(const std::string& path) {
          path == "/detokenize";
 }
 
+std::string allow_header(const std::set<std::string>& methods) {
+  std::string allow;
+  for (const std::string& m : methods) allow += (allow.empty() ? "" : ", ") + m;
+  return allow;
+}
+
+// One non-streaming request's outputs, gathered until it finishes.
+struct Collected {
+  std::string text;
+  std::vector<int32_t> ids;
+  std::string finish_reason, error;
+  ojson stop_reason;
+  int prompt_tokens = 0, completion_tokens = 0;
+  bool add(const RequestOutput& o) {
+    text += o.text;
+    ids.insert(ids.end(), o.token_ids.begin(), o.token_ids.end());
+    prompt_tokens = o.prompt_tokens;
+    completion_tokens = o.completion_tokens;
+    if (!o.finished) return false;
+    finish_reason = o.finish_reason;
+    stop_reason = stop_reason_value(o);
+    error = o.error;
+    return true;
+  }
+};
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -101,16 +112,11 @@ struct HttpServer::Impl {
   ServerOptions opt;
   ServedModel model;
   int64_t started_at = 0;
-  Listener svr;
+  std::unique_ptr<HttpTransport> transport;
   int port = -1;
 
   std::atomic<bool> draining{false};  // shutdown() began: no new generation requests
-  std::atomic<bool> stopping{false};  // the listener is stopping: waits end now
   std::atomic<bool> shutdown_started{false};
-  std::atomic<bool> serving{false};
-  std::mutex inflight_mu;
-  std::condition_variable inflight_cv;
-  int inflight = 0;  // generation requests from submit until their response is written
 
   Impl(Engine& e, ServerOptions o) : engine(e), opt(std::move(o)) {
     const ModelConfig& cfg = engine.model().config();
@@ -127,289 +133,105 @@ struct HttpServer::Impl {
     started_at = std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();
-    setup();
+    HttpTransportOptions to;
+    to.host = opt.host;
+    to.port = opt.port;
+    to.max_body_bytes = opt.max_body_bytes;
+    to.idle_timeout_s = opt.idle_timeout_s;
+    to.head_timeout_s = opt.head_timeout_s;
+    to.write_timeout_s = opt.write_timeout_s;
+    to.io_threads = opt.io_threads;
+    to.handler_threads = opt.handler_threads;
+    transport = std::make_unique<HttpTransport>(
+        to, [this](HttpRequest&& req, std::shared_ptr<HttpExchange> ex) { route(req, ex); },
+        [](int status) { return error_response(error_for_status(status, "")); });
   }
 
-  // Counts a generation request while it holds engine work or an unfinished response.
-  struct InflightToken {
-    Impl& s;
-    explicit InflightToken(Impl& s) : s(s) {
-      std::lock_guard<std::mutex> lock(s.inflight_mu);
-      ++s.inflight;
-    }
-    ~InflightToken() {
-      {
-        std::lock_guard<std::mutex> lock(s.inflight_mu);
-        --s.inflight;
-      }
-      s.inflight_cv.notify_all();
-    }
-    InflightToken(const InflightToken&) = delete;
-    InflightToken& operator=(const InflightToken&) = delete;
-  };
+  static HttpResponse error_response(const ApiError& e) {
+    HttpResponse r;
+    r.status = e.status;
+    r.content_type = "application/json";
+    r.body = error_body(e);
+    if (e.status == 401) r.set_header("WWW-Authenticate", "Bearer");
+    return r;
+  }
 
-  // Notices a client that closed its connection while its request waits or runs: a stream
-  // learns it from a failed write, but a queued request or a non-streaming one writes nothing
-  // until it ends. Looks at most every kPollInterval.
-  struct PeerWatch {
-    int fd = -1;
-    Clock::time_point next{};
-    bool gone() {
-      const auto now = Clock::now();
-      if (fd < 0 || now < next) return false;
-      next = now + kPollInterval;
-      return peer_closed(fd);
-    }
-  };
-
-  // The streaming state lives in the response's content provider; when httplib drops it (the
-  // stream ended, the client left, the server stopped) an unfinished request is aborted, which
-  // frees its KV blocks in the engine's next step.
-  struct StreamState {
-    Impl& s;
-    std::shared_ptr<OutputChannel> chan;
-    uint64_t handle = 0;
-    StreamFormatter fmt;
-    PeerWatch peer;
-    InflightToken token;
-    StreamState(Impl& s, std::shared_ptr<OutputChannel> c, uint64_t h, StreamFormatter f,
-                PeerWatch p)
-        : s(s), chan(std::move(c)), handle(h), fmt(std::move(f)), peer(p), token(s) {}
-    ~StreamState() {
-      if (!fmt.finished()) s.engine.abort(handle);
-    }
-  };
-
-  bool authorized(const httplib::Request& req) const {
+  bool authorized(const HttpRequest& req) const {
     if (opt.api_key.empty()) return true;
-    return constant_time_equal(req.get_header_value("Authorization"), "Bearer " + opt.api_key);
+    return constant_time_equal(req.header("Authorization"), "Bearer " + opt.api_key);
   }
 
-  void check_auth(const httplib::Request& req) const {
-    if (!authorized(req))
-      throw ApiError(401, "authentication_error",
-                     "Incorrect or missing API key: send 'Authorization: Bearer <key>'", "",
-                     "invalid_api_key");
-  }
-
-  // Runs a handler: an ApiError becomes its JSON error, anything else a 500; never a crash.
-  template <class F>
-  void guarded(httplib::Response& res, F&& f) {
+  // Every request: the API key, the route and method, then the route's handler. An ApiError
+  // becomes its JSON error, anything else a 500; never a crash.
+  void route(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
     try {
-      f();
+      if (needs_auth(req.path) && !authorized(req))
+        throw ApiError(401, "authentication_error",
+                       "Incorrect or missing API key: send 'Authorization: Bearer <key>'", "",
+                       "invalid_api_key");
+      auto it = known_routes().find(req.path);
+      if (it == known_routes().end()) throw error_for_status(404, req.path);
+      if (!it->second.count(req.method)) {
+        HttpResponse r = error_response(error_for_status(405, req.path));
+        r.set_header("Allow", allow_header(it->second));
+        return ex->reply(std::move(r));
+      }
+      if (req.method == "POST") {
+        if (req.header("Content-Type").rfind("multipart/", 0) == 0)
+          throw ApiError(415, "invalid_request_error",
+                         "multipart bodies are not accepted: send application/json", "",
+                         "unsupported_media_type");
+        if (req.path == "/v1/completions") return generate(ApiKind::Completion, req, ex);
+        if (req.path == "/v1/chat/completions") return generate(ApiKind::Chat, req, ex);
+      }
+      ex->reply(answer(req));
     } catch (const ApiError& e) {
-      if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
-      send_error(res, e);
+      ex->reply(error_response(e));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "dspark serve: internal error: %s\n", e.what());
-      send_error(res, ApiError(500, "server_error", std::string("internal error: ") + e.what(), "",
-                               "internal_error"));
+      ex->reply(error_response(ApiError(500, "server_error",
+                                        std::string("internal error: ") + e.what(), "",
+                                        "internal_error")));
     }
   }
 
-  // Reads a POST body itself (httplib's own cap misses chunked and compressed bodies).
-  std::string read_body(const httplib::Request& req, httplib::Response& res,
-                        const httplib::ContentReader& reader) {
-    // HTTP/1.1: without Content-Length or Transfer-Encoding a request has no body (httplib
-    // would read until the client closes).
-    if (!req.has_header("Content-Length") && !req.has_header("Transfer-Encoding")) return "";
-    if (req.is_multipart_form_data())
-      throw ApiError(415, "invalid_request_error",
-                     "multipart bodies are not accepted: send application/json", "",
-                     "unsupported_media_type");
-    std::string body;
-    bool too_large = false;
-    const bool ok = reader([&](const char* data, size_t n) {
-      if (body.size() + n > opt.max_body_bytes) {
-        too_large = true;
-        return false;
-      }
-      body.append(data, n);
-      return true;
-    });
-    // The rest of an unread body would be parsed as the next request on this connection: close it.
-    if (too_large || res.status == 413 || !ok) res.set_header("Connection", "close");
-    if (too_large || res.status == 413)
-      throw ApiError(413, "invalid_request_error",
-                     "request body over the server's limit of " +
-                         std::to_string(opt.max_body_bytes) + " bytes",
-                     "", "request_too_large");
-    if (!ok) throw bad_request("the request body could not be read");
-    res.status = -1;  // the reader may have set one; the handler decides
-    return body;
-  }
-
-  using BodyHandler = void (Impl::*)(const httplib::Request&, httplib::Response&,
-                                     const std::string& body);
-
-  void post(const char* path, BodyHandler h) {
-    svr.Post(path, [this, h](const httplib::Request& req, httplib::Response& res,
-                             const httplib::ContentReader& reader) {
-      guarded(res, [&] {
-        std::string body = read_body(req, res, reader);
-        if (needs_auth(req.path)) check_auth(req);
-        (this->*h)(req, res, body);
-      });
-    });
-  }
-
-  // The request id: x-request-id, else the body's request_id, else a random one.
-  std::string request_id(const httplib::Request& req, const std::string& from_body) {
-    std::string id = req.get_header_value("x-request-id");
-    if (id.empty()) id = from_body;
-    if (id.empty()) id = random_hex_id();
-    if (id.size() > kMaxRequestIdBytes)
-      throw bad_request(
-          "x-request-id is longer than " + std::to_string(kMaxRequestIdBytes) + " bytes",
-          "x-request-id");
-    for (unsigned char c : id)
-      if (c < 0x20 || c > 0x7e)
-        throw bad_request("x-request-id must be printable ASCII", "x-request-id");
-    return id;
-  }
-
-  void setup() {
-    svr.new_task_queue = [n = std::max(4, opt.http_threads)] {
-      return new httplib::ThreadPool(size_t(n));
-    };
-    svr.set_keep_alive_timeout(opt.keep_alive_timeout_s);
-    svr.set_keep_alive_max_count(1000);
-    svr.set_read_timeout(opt.read_timeout_s, 0);
-    svr.set_write_timeout(opt.write_timeout_s, 0);
-    svr.set_payload_max_length(opt.max_body_bytes);
-    svr.set_tcp_nodelay(true);  // one small SSE chunk per step: never wait for Nagle
-    // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server share the port.
-    svr.set_socket_options([](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-      setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof yes);
-    });
-    // A body over the cap is refused before the client sends it.
-    svr.set_expect_100_continue_handler(
-        [this](const httplib::Request& req, httplib::Response& res) {
-          if (req.has_header("Content-Length") &&
-              req.get_header_value<uint64_t>("Content-Length") > uint64_t(opt.max_body_bytes)) {
-            res.status = 413;  // the error handler writes the JSON
-            res.set_header("Connection", "close");
-            return 413;
-          }
-          return 100;
-        });
-    svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (req.has_header("x-request-id"))
-        res.set_header("x-request-id", req.get_header_value("x-request-id"));
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    // While draining, every response closes its connection, so clients do not hold idle
-    // keep-alive connections that the stopping listener would wait out.
-    svr.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) {
-      if (!draining) return;
-      res.headers.erase("Keep-Alive");
-      if (!res.has_header("Connection")) res.set_header("Connection", "close");
-    });
-    // Statuses that no handler described (unknown route, wrong method, oversized body, a
-    // malformed request line) get a JSON error too.
-    svr.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& req, httplib::Response& res) {
-          if (!res.body.empty())
-            return httplib::Server::HandlerResponse::Unhandled;  // a handler's own error
-          ApiError e = error_for_status(res.status, req.path);
-          if (res.status == 404) {
-            auto it = known_routes().find(req.path);
-            if (needs_auth(req.path) && !authorized(req)) {
-              e = ApiError(401, "authentication_error",
-                           "Incorrect or missing API key: send 'Authorization: Bearer <key>'", "",
-                           "invalid_api_key");
-              res.set_header("WWW-Authenticate", "Bearer");
-            } else if (it != known_routes().end() && !it->second.count(req.method)) {
-              e = error_for_status(405, req.path);
-              std::string allow;
-              for (const std::string& m : it->second) allow += (allow.empty() ? "" : ", ") + m;
-              res.set_header("Allow", allow);
-            }
-          }
-          send_error(res, e);
-          return httplib::Server::HandlerResponse::Handled;
-        }));
-    svr.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-          std::string what = "unknown exception";
-          try {
-            std::rethrow_exception(ep);
-          } catch (const std::exception& e) {
-            what = e.what();
-          } catch (...) {
-          }
-          send_error(
-              res, ApiError(500, "server_error", "internal error: " + what, "", "internal_error"));
-        });
-
-    svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
-    svr.Get("/ping", [this](const httplib::Request&, httplib::Response& res) { health(res); });
-    svr.Get("/version", [](const httplib::Request&, httplib::Response& res) {
-      send_json(res, {{"version", DSPARK_VERSION}});
-    });
-    svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      guarded(res, [&] {
-        std::string text =
-            render_prometheus(engine.metrics(), model.name, engine.spec() != nullptr);
-        if (opt.exports) text += opt.exports->prometheus(model.name);
-        res.set_content(text, kPrometheusContentType);
-      });
-    });
-    svr.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
-      guarded(res, [&] {
-        check_auth(req);
-        ojson card = {{"id", model.name},
-                      {"object", "model"},
-                      {"created", started_at},
-                      {"owned_by", "dspark"},
-                      {"root", opt.model_root},
-                      {"parent", nullptr},
-                      {"max_model_len", model.max_model_len},
-                      {"permission", ojson::array()}};
-        send_json(res, {{"object", "list"}, {"data", ojson::array({card})}});
-      });
-    });
-    post("/ping", &Impl::ping);
-    post("/v1/completions", &Impl::completions);
-    post("/v1/chat/completions", &Impl::chat_completions);
-    post("/tokenize", &Impl::tokenize);
-    post("/detokenize", &Impl::detokenize);
-    post("/v1/load_drafter", &Impl::load_drafter);
-    // Catch-alls for other bodies: read (and cap) the body, then 401 / 404 / 405, so a
-    // keep-alive connection never reads a refused request's body as the next request.
-    auto refuse = [this](const httplib::Request& req, httplib::Response& res,
-                         const httplib::ContentReader& reader) {
-      guarded(res, [&] {
-        read_body(req, res, reader);
-        if (needs_auth(req.path)) check_auth(req);
-        auto it = known_routes().find(req.path);
-        if (it == known_routes().end()) throw error_for_status(404, req.path);
-        std::string allow;
-        for (const std::string& m : it->second) allow += (allow.empty() ? "" : ", ") + m;
-        res.set_header("Allow", allow);
-        throw error_for_status(405, req.path);
-      });
-    };
-    svr.Post(".*", refuse);
-    svr.Put(".*", refuse);
-    svr.Patch(".*", refuse);
-    svr.Delete(".*", refuse);
-  }
-
-  void health(httplib::Response& res) {
-    if (draining || !engine.accepting()) {
-      send_error(res, error_for_status(503, "/health"));
-      return;
+  // The routes that answer at once.
+  HttpResponse answer(const HttpRequest& req) {
+    const std::string& p = req.path;
+    if (p == "/health" || p == "/ping") return health();
+    if (p == "/version") return json_response({{"version", DSPARK_VERSION}});
+    if (p == "/metrics") {
+      HttpResponse r;
+      r.content_type = kPrometheusContentType;
+      r.body = render_prometheus(engine.metrics(), model.name, engine.spec() != nullptr);
+      if (opt.exports) r.body += opt.exports->prometheus(model.name);
+      return r;
     }
-    res.status = 200;  // vLLM: an empty 200
+    if (p == "/v1/models") {
+      ojson card = {{"id", model.name},
+                    {"object", "model"},
+                    {"created", started_at},
+                    {"owned_by", "dspark"},
+                    {"root", opt.model_root},
+                    {"parent", nullptr},
+                    {"max_model_len", model.max_model_len},
+                    {"permission", ojson::array()}};
+      return json_response({{"object", "list"}, {"data", ojson::array({card})}});
+    }
+    if (p == "/tokenize") return tokenize(req.body);
+    if (p == "/detokenize") return detokenize(req.body);
+    if (p == "/v1/load_drafter") return load_drafter(req.body);
+    throw error_for_status(404, p);
   }
 
-  void ping(const httplib::Request&, httplib::Response& res, const std::string&) { health(res); }
+  HttpResponse health() {
+    if (draining || !engine.accepting()) return error_response(error_for_status(503, "/health"));
+    HttpResponse r;  // vLLM: an empty 200
+    return r;
+  }
 
   // Hot drafter reload (behind the API key, as every /v1 route): {"path": DIR}.
-  void load_drafter(const httplib::Request&, httplib::Response& res, const std::string& body) {
+  HttpResponse load_drafter(const std::string& body) {
     const nlohmann::json j = parse_json_body(body);
     if (!j.contains("path") || !j["path"].is_string() || j["path"].get<std::string>().empty())
       throw bad_request("'path' must name a drafter directory", "path");
@@ -423,25 +245,33 @@ struct HttpServer::Impl {
       throw bad_request(e.what(), "path");
     }
     std::fprintf(stderr, "dspark serve: drafter version %d loaded from %s\n", version, path.c_str());
-    send_json(res, {{"drafter_version", version}, {"path", path}});
-  }
-  void completions(const httplib::Request& req, httplib::Response& res, const std::string& body) {
-    generate(ApiKind::Completion, req, res, body);
-  }
-  void chat_completions(const httplib::Request& req, httplib::Response& res,
-                        const std::string& body) {
-    generate(ApiKind::Chat, req, res, body);
+    return json_response({{"drafter_version", version}, {"path", path}});
   }
 
-  void generate(ApiKind kind, const httplib::Request& req, httplib::Response& res,
-                const std::string& body) {
+  // The request id: x-request-id, else the body's request_id, else a random one.
+  std::string request_id(const HttpRequest& req, const std::string& from_body) {
+    std::string id = req.header("x-request-id");
+    if (id.empty()) id = from_body;
+    if (id.empty()) id = random_hex_id();
+    if (id.size() > kMaxRequestIdBytes)
+      throw bad_request(
+          "x-request-id is longer than " + std::to_string(kMaxRequestIdBytes) + " bytes",
+          "x-request-id");
+    for (unsigned char c : id)
+      if (c < 0x20 || c > 0x7e)
+        throw bad_request("x-request-id must be printable ASCII", "x-request-id");
+    return id;
+  }
+
+  // A completion: submitted to the engine, answered as it produces. The engine's outputs are
+  // formatted on the connection's strand, off the engine thread; a client that leaves aborts
+  // its request, which frees its KV blocks in the engine's next step.
+  void generate(ApiKind kind, const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
     if (draining) throw error_for_status(503, req.path);
-    const json j = parse_json_body(body);
+    const json j = parse_json_body(req.body);
     OpenAiRequest r =
         kind == ApiKind::Chat ? parse_chat_request(j, model) : parse_completion_request(j, model);
     const std::string rid = request_id(req, r.request_id);
-    if (!req.has_header("x-request-id"))
-      res.set_header("x-request-id", rid);  // else echoed already
     r.engine.request_id = rid;
     if (r.export_hidden && !opt.exports)
       throw bad_request(
@@ -459,83 +289,66 @@ struct HttpServer::Impl {
       if (r.export_hidden) meta.kv_transfer_params = {{"handle", r.engine.export_handle}};
     }
 
-    auto chan = std::make_shared<OutputChannel>();
-    auto token = std::make_unique<InflightToken>(*this);
+    HttpResponse head;
+    if (!req.has_header("x-request-id")) head.set_header("x-request-id", rid);
+    OutputFn on_output;
+    if (r.stream) {
+      auto fmt = std::make_shared<StreamFormatter>(std::move(meta), r.include_usage);
+      on_output = [ex, fmt](RequestOutput&& o) {
+        ex->post([ex, fmt, o = std::move(o)] {
+          std::string events = fmt->on_output(o);
+          if (!events.empty()) ex->write(std::move(events));
+          if (fmt->finished()) ex->finish();
+        });
+      };
+    } else {
+      auto got = std::make_shared<Collected>();
+      auto done = std::make_shared<const std::pair<ResponseMeta, HttpResponse>>(std::move(meta),
+                                                                                head);
+      on_output = [ex, got, done](RequestOutput&& o) {
+        if (!got->add(o)) return;
+        // Finished: the response is built on the connection's strand, off the engine thread.
+        ex->post([ex, got, done] {
+          ex->reply(finished_response(*got, done->first, done->second));
+        });
+      };
+    }
     uint64_t handle = 0;
     try {
-      handle = engine.submit(std::move(r.engine),
-                             [chan](RequestOutput&& o) { chan->push(std::move(o)); });
+      handle = engine.submit(std::move(r.engine), std::move(on_output));
     } catch (const Error& e) {
       if (draining || !engine.accepting()) throw error_for_status(503, req.path);
       throw submit_error(e, r);
     }
-
-    PeerWatch peer{find_peer_socket(req.local_port, req.remote_addr, req.remote_port)};
+    ex->on_gone([this, handle] { engine.abort(handle); });
     if (r.stream) {
-      auto st = std::make_shared<StreamState>(
-          *this, chan, handle, StreamFormatter(std::move(meta), r.include_usage), peer);
-      token.reset();  // the stream state holds its own
-      res.set_header("Cache-Control", "no-cache");
-      res.set_chunked_content_provider(
-          "text/event-stream", [this, st](size_t, httplib::DataSink& sink) {
-            std::string events;
-            for (const RequestOutput& o : st->chan->take(kPollInterval))
-              events += st->fmt.on_output(o);
-            // A failed write means the client is gone: returning false drops the state, which
-            // aborts.
-            if (!events.empty() && !sink.write(events.data(), events.size())) return false;
-            if (st->fmt.finished()) {
-              sink.done();
-              return true;
-            }
-            if (events.empty() && st->peer.gone()) return false;  // left while queued
-            return !stopping.load();  // the server is going away: end the stream rather than hang
-          });
-      return;
+      head.content_type = "text/event-stream";
+      head.set_header("Cache-Control", "no-cache");
+      ex->start_stream(std::move(head));
     }
+  }
 
-    // Non-streaming: collect the outputs, then answer once.
-    std::string text;
-    std::vector<int32_t> ids;
-    std::string finish_reason, error;
-    nlohmann::ordered_json stop_reason;
-    int prompt_tokens = 0, completion_tokens = 0;
-    for (bool done = false; !done;) {
-      for (RequestOutput& o : chan->take(kPollInterval)) {
-        text += o.text;
-        ids.insert(ids.end(), o.token_ids.begin(), o.token_ids.end());
-        prompt_tokens = o.prompt_tokens;
-        completion_tokens = o.completion_tokens;
-        if (o.finished) {
-          done = true;
-          finish_reason = o.finish_reason;
-          stop_reason = stop_reason_value(o);
-          error = o.error;
-        }
-      }
-      if (!done && stopping) {
-        engine.abort(handle);
-        throw error_for_status(503, req.path);
-      }
-      if (!done && peer.gone()) {
-        // Nobody will read the answer: free the request's KV blocks now.
-        engine.abort(handle);
-        throw ApiError(400, "invalid_request_error", "the client closed the connection", "",
-                       "client_disconnected");
-      }
+  static HttpResponse finished_response(const Collected& c, const ResponseMeta& meta,
+                                        const HttpResponse& head) {
+    HttpResponse res;
+    if (c.finish_reason == "abort") {
+      // Only the engine aborts a request whose client is still there: it is stopping, or a
+      // step failed.
+      if (c.error.rfind("internal error", 0) == 0)
+        res = error_response(ApiError(500, "server_error", c.error, "", "internal_error"));
+      else
+        res = error_response(ApiError(
+            503, "service_unavailable_error",
+            "the request was aborted: " +
+                (c.error.empty() ? std::string("the server is shutting down") : c.error),
+            "", "request_aborted"));
+    } else {
+      res = json_response(completion_response(meta, c.text, c.ids, c.finish_reason,
+                                              c.stop_reason, c.prompt_tokens,
+                                              c.completion_tokens));
     }
-    if (finish_reason == "abort") {
-      // Only the engine aborts a non-streaming request: it is stopping, or a step failed.
-      if (error.rfind("internal error", 0) == 0)
-        throw ApiError(500, "server_error", error, "", "internal_error");
-      throw ApiError(503, "service_unavailable_error",
-                     "the request was aborted: " +
-                         (error.empty() ? std::string("the server is shutting down") : error),
-                     "", "request_aborted");
-    }
-    send_json(
-        res, completion_response(meta, text, ids, finish_reason, stop_reason, prompt_tokens,
-                                  completion_tokens));
+    for (const auto& [k, v] : head.headers) res.set_header(k, v);
+    return res;
   }
 
   // The engine refuses what it can never run (a prompt over the context, say) with a message that
@@ -555,7 +368,7 @@ struct HttpServer::Impl {
     return bad_request(msg);
   }
 
-  void tokenize(const httplib::Request&, httplib::Response& res, const std::string& body) {
+  HttpResponse tokenize(const std::string& body) {
     const TokenizeRequest r = parse_tokenize_request(parse_json_body(body), model);
     ojson out = {
         {"count", r.tokens.size()}, {"max_model_len", model.max_model_len}, {"tokens", r.tokens}};
@@ -566,10 +379,10 @@ struct HttpServer::Impl {
     } else {
       out["token_strs"] = nullptr;
     }
-    send_json(res, out);
+    return json_response(out);
   }
 
-  void detokenize(const httplib::Request&, httplib::Response& res, const std::string& body) {
+  HttpResponse detokenize(const std::string& body) {
     const std::vector<int32_t> ids = parse_detokenize_request(parse_json_body(body), model);
     std::string text;
     try {
@@ -577,26 +390,17 @@ struct HttpServer::Impl {
     } catch (const Error& e) {
       throw bad_request(std::string("'tokens' could not be decoded: ") + e.what(), "tokens");
     }
-    send_json(res, {{"prompt", text}});
+    return json_response({{"prompt", text}});
   }
 
   void shutdown() {
     if (shutdown_started.exchange(true)) return;
     draining = true;
+    transport->begin_drain();  // idle keep-alive connections close; responses say close
     engine.drain();  // running and waiting requests finish; their outputs reach the handlers
-    {
-      // Let the handlers write what the engine produced before the listener stops (httplib
-      // cuts chunked responses off once it stops).
-      std::unique_lock<std::mutex> lock(inflight_mu);
-      inflight_cv.wait_for(lock, std::chrono::seconds(opt.drain_timeout_s),
-                           [&] { return inflight == 0; });
-    }
-    stopping = true;
-    // serve() may not have reached listen yet; stop() only acts on a running listener.
-    const auto deadline = Clock::now() + std::chrono::seconds(5);
-    while (serving && !svr.is_running() && Clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    svr.stop();
+    // Let the responses be written before the connections close.
+    transport->wait_idle(std::chrono::seconds(opt.drain_timeout_s));
+    transport->stop();
   }
 };
 
@@ -609,26 +413,13 @@ HttpServer::HttpServer(Engine& engine, ServerOptions opt)
 HttpServer::~HttpServer() = default;
 
 int HttpServer::bind() {
-  Impl& s = *impl_;
-  errno = 0;
-  if (s.opt.port == 0) {
-    s.port = s.svr.bind_to_any_port(s.opt.host);
-  } else {
-    s.port = s.svr.bind_to_port(s.opt.host, s.opt.port) ? s.opt.port : -1;
-  }
-  if (s.port < 0)
-    fail("flags --host/--port: cannot listen on ", s.opt.host, ":", s.opt.port, " (",
-         errno ? std::strerror(errno) : "the address does not resolve", ")");
-  ::listen(s.svr.socket_fd(), kListenBacklog);  // Linux: a second listen() raises the backlog
-  return s.port;
+  impl_->port = impl_->transport->bind();
+  return impl_->port;
 }
 
 void HttpServer::serve() {
-  Impl& s = *impl_;
-  if (s.port < 0) fail("HttpServer::serve: bind() first");
-  s.serving = true;
-  if (!s.stopping) s.svr.listen_after_bind();
-  s.serving = false;
+  if (impl_->port < 0) fail("HttpServer::serve: bind() first");
+  impl_->transport->serve();
 }
 
 void HttpServer::shutdown() {

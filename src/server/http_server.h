@@ -1,4 +1,5 @@
-// HttpServer: the OpenAI-compatible HTTP front end (cpp-httplib) of an Engine.
+// HttpServer: the OpenAI-compatible HTTP front end of an Engine: the routes, on the
+// event-driven HttpTransport (Boost.Beast), so that idle, slow and waiting clients hold no thread.
 //
 // Routes: GET /health, /ping, /version, /metrics (no authentication, as vLLM); GET /v1/models,
 // POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize (a Bearer key when one is
@@ -21,10 +22,12 @@ struct ServerOptions {
   std::string served_model_name;     // the id of /v1/models and the "model" requests must name
   std::string model_root;            // the model directory, reported as /v1/models "root"
   size_t max_body_bytes = 8u << 20;  // larger request bodies get 413
-  int keep_alive_timeout_s = 5;      // idle keep-alive connections are closed after this
-  int read_timeout_s = 30;  // a client that sends nothing mid-request for this long is dropped
-  int write_timeout_s = 30;   // one that reads nothing for this long too (its request aborted)
-  int http_threads = 128;     // connections served at once; a stream holds one thread
+  // A connection that sends nothing for this long (before, between or within requests) is closed.
+  int idle_timeout_s = 5;
+  int head_timeout_s = 30;    // a request head must be complete this long after its first byte
+  int write_timeout_s = 30;   // a client that reads nothing for this long is dropped (aborted)
+  int io_threads = 2;         // threads that run every connection's I/O
+  int handler_threads = 4;    // threads that parse, tokenize and submit requests
   int drain_timeout_s = 600;  // shutdown(): longest wait for responses still being written
   // The hidden-states connector (--kv-transfer-config); null: requests with kv_transfer_params
   // get 400. Must outlive the server.

@@ -14,7 +14,7 @@ packages=(
   libtorch-dev libopenblas0-openmp libgloo-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch redis-server
-  gnuplot-nox
+  gnuplot-nox curl
 )
 
 missing=()

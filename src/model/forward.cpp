@@ -34,11 +34,25 @@ Forward::Forward(const Model& model, KvCache& kv) : model_(model), kv_(kv) {
   if (kv.n_layers() != c.num_layers) fail("KV cache has ", kv.n_layers(), " layers, the model ", c.num_layers);
 }
 
-void Forward::ensure_capacity(int n, int n_out, int n_taps) {
+namespace {
+
+// Scratch grows to powers of two (16 rows at least): a server's step sizes vary from step to
+// step, and growing to each new largest size exactly would free and reallocate every buffer at
+// each one, leaving holes in the heap; this way a buffer is reallocated at most log2(max / 16)
+// times and is never more than twice the rows it must hold.
+int grown(int n) {
+  int c = 16;
+  while (c < n) c *= 2;
+  return c;
+}
+
+}  // namespace
+
+void Forward::ensure_capacity(int n, int n_out, int n_taps, int n_logits) {
   const ModelConfig& c = model_.config();
   const int64_t H = c.hidden_size;
   if (n > cap_rows_) {
-    cap_rows_ = std::max(n, 16);
+    cap_rows_ = grown(n);
     const size_t rows = size_t(cap_rows_);
     h_.resize(rows * size_t(H));
     scratch_.ensure(c, cap_rows_, H);
@@ -48,12 +62,19 @@ void Forward::ensure_capacity(int n, int n_out, int n_taps) {
     tables_.resize(rows);
   }
   if (n_out > cap_out_ || n_taps > cap_taps_) {
-    cap_out_ = std::max(n_out, cap_out_);
+    cap_out_ = std::max(grown(n_out), cap_out_);
     cap_taps_ = std::max(n_taps, cap_taps_);
     gathered_.resize(size_t(cap_out_) * size_t(H));
-    logits_.resize(size_t(cap_out_) * size_t(c.vocab_size));
     final_.resize(size_t(cap_out_) * size_t(H));
     taps_.resize(size_t(cap_out_) * size_t(std::max(cap_taps_, 1)) * size_t(H));
+  }
+  // Logits only for the rows that get them (a step's prompt rows kept for their taps get none),
+  // written from the buffer's start: a vocab-wide row per output row would size it by every
+  // prompt row of the largest step, and writing each step's rows at their output-row offsets
+  // touched more and more of its pages (serve's RSS crept by ~9 MB of it under load).
+  if (n_logits > cap_logits_) {
+    cap_logits_ = grown(n_logits);
+    logits_.resize(size_t(cap_logits_) * size_t(c.vocab_size));
   }
 }
 
@@ -75,7 +96,10 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
   out_.hidden = c.hidden_size;
   out_.n_taps = n_taps;
   if (n == 0) return out_;
-  ensure_capacity(n, n_out, n_taps);
+  // Rows before the last `logits_last` get no logits (prefill with taps needs only one).
+  const int logits_skip =
+      req.logits_last >= 0 ? std::max(0, n_out - req.logits_last) : 0;
+  ensure_capacity(n, n_out, n_taps, req.logits ? n_out - logits_skip : 0);
 
   const int64_t H = c.hidden_size;
   for (int i = 0; i < n; ++i) {
@@ -125,11 +149,10 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
       std::memcpy(gathered_.data() + int64_t(o) * H, h + int64_t(b.output_rows[size_t(o)]) * H, size_t(H) * 4);
     rmsnorm(gathered_.data(), H, model_.final_norm(), final_.data(), H, n_out, int(H), c.rms_norm_eps);
     if (req.logits) {
-      // Rows before the last `logits_last` get no logits (prefill with taps needs only one).
-      const int skip = req.logits_last >= 0 ? std::max(0, n_out - req.logits_last) : 0;
-      gemm(final_.data() + int64_t(skip) * H, n_out - skip, H, model_.lm_head(), logits_.data() + int64_t(skip) * c.vocab_size,
-           c.vocab_size);
+      gemm(final_.data() + int64_t(logits_skip) * H, n_out - logits_skip, H, model_.lm_head(),
+           logits_.data(), c.vocab_size);
       out_.logits = logits_.data();
+      out_.logits_first = logits_skip;
     }
     if (req.final_hidden) out_.final_hidden = final_.data();
   }

@@ -44,11 +44,14 @@ struct ForwardOutput {
   int vocab = 0;
   int hidden = 0;
   int n_taps = 0;
-  const float* logits = nullptr;        // [n_out, vocab]
+  // [n_out - logits_first, vocab]: the logits of output rows logits_first .. n_out - 1 (the rows
+  // before get none when ForwardRequest::logits_last asks for fewer); read them with logits_row.
+  const float* logits = nullptr;
+  int logits_first = 0;
   const float* taps = nullptr;          // [n_out, n_taps, hidden]
   const float* final_hidden = nullptr;  // [n_out, hidden]
 
-  const float* logits_row(int i) const { return logits + int64_t(i) * vocab; }
+  const float* logits_row(int i) const { return logits + int64_t(i - logits_first) * vocab; }
   const float* tap(int i, int t) const { return taps + (int64_t(i) * n_taps + t) * hidden; }
   const float* final_row(int i) const { return final_hidden + int64_t(i) * hidden; }
 };
@@ -66,12 +69,12 @@ class Forward {
   const KvCache& kv() const { return kv_; }
 
  private:
-  void ensure_capacity(int n, int n_out, int n_taps);
+  void ensure_capacity(int n, int n_out, int n_taps, int n_logits);
 
   const Model& model_;
   KvCache& kv_;
   ForwardOutput out_;
-  int cap_rows_ = 0, cap_out_ = 0, cap_taps_ = 0;
+  int cap_rows_ = 0, cap_out_ = 0, cap_taps_ = 0, cap_logits_ = 0;
   Buffer<float> h_, cos_, sin_;
   LayerScratch scratch_;
   Buffer<float> gathered_, logits_, taps_, final_;

@@ -22,6 +22,8 @@ test: build
 $(BUILD)/demo-model/config.json: | build
 	$(BUILD)/dspark model init --shape tiny-qwen3 --out $(BUILD)/demo-model --std 0.3
 
+# What the demo target is, said first: the demo shows speed with identical output, not answers.
+DEMO_WHAT = $(if $(wildcard models/demo/config.json),the demo target is a 22M-parameter Qwen3-style model trained on 2 CPU cores: its answers are often wrong; what the demo shows is speed with identical output,no models/demo: a random model (its text is noise); what the demo shows is speed with identical output)
 DEMO_DRAFTER ?= models/demo-dspark
 # Out-of-domain prompts for the demo's second line (never copied into the repository).
 SPEC_BENCH ?= ../shared/data/spec_bench.jsonl
@@ -38,6 +40,7 @@ DEMO_SPEC_SCHED = {$(DEMO_SPEC_FIELDS), "enable_adaptive_verification": true}
 # speculative decoding, and benchmarks plain against speculative decoding on held-out math prompts:
 # full 8-token blocks, then with the hardware-aware prefix scheduler choosing each round's length.
 demo: build $(if $(wildcard models/demo/config.json),,$(BUILD)/demo-model/config.json)
+	@echo "== $(DEMO_WHAT) =="
 	$(BUILD)/dspark generate --model $(DEMO_MODEL) --chat --prompt "$(DEMO_PROMPT)" --max-tokens 128
 ifneq ($(wildcard $(DEMO_DRAFTER)/config.json),)
 	@echo; echo "== the same with DSpark speculative decoding =="

@@ -106,7 +106,11 @@ int cmd_generate(int argc, char** argv) {
     }
     std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   } else {
+    // The answer ends its line before the statistics start theirs (stderr is unbuffered; a
+    // piped stdout is not).
+    std::cout.flush();
     std::fprintf(stdout, "\n");
+    std::fflush(stdout);
     std::fprintf(stderr, "[%d prompt tokens, %.1f tok/s prefill; %zu tokens, %.2f tok/s decode; %s]\n",
                  r.prompt_tokens, prefill_tok_s, r.tokens.size(), decode_tok_s, r.finish_reason.c_str());
     if (spec)

@@ -641,7 +641,7 @@ bool Engine::step() {
         live_.spec_num_draft_tokens += l;
         live_.spec_num_accepted_tokens += vr.accepted;
         for (int i = 0; i < vr.accepted; ++i) ++live_.spec_num_accepted_tokens_per_pos[size_t(i)];
-        EngineMetrics::PerDrafter& pd = live_.spec_by_drafter[s->dv->version];
+        EngineMetrics::PerDrafter& pd = live_.per_drafter(s->dv->version);
         ++pd.drafts;
         pd.draft_tokens += l;
         pd.accepted_tokens += vr.accepted;

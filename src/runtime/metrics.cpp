@@ -4,6 +4,17 @@
 
 namespace dspark {
 
+EngineMetrics::PerDrafter& EngineMetrics::per_drafter(int version) {
+  if (auto it = spec_by_drafter.find(version); it != spec_by_drafter.end()) return it->second;
+  // A request still on a version older than every one kept counts nowhere per version (its
+  // rounds are in the totals).
+  if (spec_by_drafter.size() >= kMaxDrafterVersions && version < spec_by_drafter.begin()->first)
+    return dropped_versions;
+  PerDrafter& pd = spec_by_drafter[version];
+  if (spec_by_drafter.size() > kMaxDrafterVersions) spec_by_drafter.erase(spec_by_drafter.begin());
+  return pd;
+}
+
 void Histogram::observe(double v) {
   const size_t i = size_t(std::lower_bound(bounds.begin(), bounds.end(), v) - bounds.begin());
   ++counts[i];

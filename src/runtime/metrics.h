@@ -53,12 +53,18 @@ struct EngineMetrics {
   int64_t spec_plain_steps = 0;  // steps the policy ran without drafting (it judged a plain step faster)  // drafted tokens, verified or cut by the length policy
   double draft_seconds = 0, forward_seconds = 0, step_seconds = 0;
   // Hot-reloaded drafters: the version new requests get (1: the one the engine started with), and
-  // per version the rounds, verified drafts and accepted drafts of its requests.
+  // per version the rounds, verified drafts and accepted drafts of its requests, for the
+  // kMaxDrafterVersions most recent versions (an online trainer reloads every few minutes for
+  // weeks: the map and /metrics' label sets stay bounded).
+  static constexpr size_t kMaxDrafterVersions = 16;
   int drafter_version = 0;
   struct PerDrafter {
     int64_t drafts = 0, draft_tokens = 0, accepted_tokens = 0;
   };
   std::map<int, PerDrafter> spec_by_drafter;
+  PerDrafter dropped_versions;  // versions older than every one kept (not exported)
+  // The entry of `version`, made when new; the oldest version is dropped past the bound.
+  PerDrafter& per_drafter(int version);
   // Rounds the scheduler chose to verify l drafts, l = 0..K (index l).
   std::vector<int64_t> spec_verify_length_hist;
   // Latency histograms, in seconds.

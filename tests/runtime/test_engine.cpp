@@ -409,3 +409,29 @@ TEST(EngineLossless, ASchedulerThatLooksAtTheTokenFailsTheSameTest) {
 
 }  // namespace
 }  // namespace dspark
+
+namespace dspark {
+namespace {
+
+// Per-drafter-version counters keep the most recent versions only: an online trainer reloads the
+// drafter for weeks, and each version would otherwise add an entry and a /metrics label set.
+TEST(EngineMetrics, PerDrafterVersionsStayBounded) {
+  EngineMetrics m;
+  const int n = int(EngineMetrics::kMaxDrafterVersions);
+  for (int v = 1; v <= 3 * n; ++v) {
+    ++m.per_drafter(v).drafts;
+    ++m.per_drafter(v).drafts;
+    ASSERT_LE(m.spec_by_drafter.size(), EngineMetrics::kMaxDrafterVersions) << "version " << v;
+  }
+  EXPECT_EQ(m.spec_by_drafter.begin()->first, 2 * n + 1);  // the newest n versions
+  EXPECT_EQ(m.spec_by_drafter.rbegin()->first, 3 * n);
+  EXPECT_EQ(m.spec_by_drafter.at(3 * n).drafts, 2);
+  // A request still on a dropped version counts in no kept version.
+  ++m.per_drafter(1).drafts;
+  EXPECT_EQ(m.spec_by_drafter.count(1), 0u);
+  EXPECT_EQ(m.spec_by_drafter.size(), EngineMetrics::kMaxDrafterVersions);
+  EXPECT_EQ(m.dropped_versions.drafts, 1);
+}
+
+}  // namespace
+}  // namespace dspark

@@ -9,9 +9,8 @@
 // near-tie can resolve differently in another crowd (docs/serving.md); the texts that differ
 // between rounds are counted, not failed.
 //   node load_test.mjs --dspark BIN --model DIR --drafter DIR [--threads N] [--clients 64]
-//        [--max-tokens 32] [--rounds 2] [--warmup-rounds 1] [--duration SECONDS] [--no-spec 1]
-//        [--dtype f32|bf16]
-// With --duration it repeats rounds until that many seconds have passed (scripts/serve_soak.sh).
+//        [--max-tokens 32] [--rounds 2] [--warmup-rounds 1] [--no-spec 1] [--dtype f32|bf16]
+// Memory over hours is soak_test.mjs's (scripts/serve_soak.sh).
 import {
   Checker, getMetrics, metric, metricSum, parseArgs, pollMetrics, request, readSSE, rssKiB, run, sleep, specConfig, trunc,
 } from "./lib.mjs";
@@ -20,14 +19,13 @@ const opt = parseArgs();
 const CLIENTS = opt.clients || 64;
 const MAX_TOKENS = opt.max_tokens || 32;
 const ROUNDS = opt.rounds || 2;
-const DURATION_S = opt.duration || 0;
 const MAX_NUM_SEQS = opt.max_num_seqs || 16;
 const WARMUP_ROUNDS = opt.warmup_rounds || 1;  // RSS is measured after these
 const DTYPE = opt.dtype || "bf16";
 if (DTYPE !== "f32" && DTYPE !== "bf16") throw new Error(`--dtype must be f32 or bf16, got ${JSON.stringify(DTYPE)}`);
 const EXACT = DTYPE === "f32";  // texts must repeat exactly
 const NAME = "dspark-demo";
-const t = new Checker(DURATION_S ? "serve_soak" : "load_test");
+const t = new Checker("load_test");
 
 const prompts = [
   "Tom has 15 apples and gives 6 to Ana. How many apples does Tom have left?",
@@ -138,10 +136,8 @@ await run(t, async (start) => {
   await sleep(500);
   const rssWarm = rssKiB(server.pid);
   const before = totals(mWarm);
-  const rss = [rssWarm];
   const all = [];
-  const t0 = Date.now();
-  for (let r = 1; DURATION_S ? (Date.now() - t0) / 1000 < DURATION_S : r <= ROUNDS; r++) {
+  for (let r = 1; r <= ROUNDS; r++) {
     const res = await round(server, `round ${r}`);
     all.push(...res);
     // The same request gives the same text in every round.
@@ -149,11 +145,6 @@ await run(t, async (start) => {
     const shown = diff.slice(0, 4).map((x) => `#${x.i} ${JSON.stringify(body(x.i).body.temperature)}: warm-up ${JSON.stringify(warm[x.i].text)}\n    now ${JSON.stringify(x.text)}`).join("\n");
     if (EXACT) t.check(`round ${r}: every request's text equals its warm-up text`, diff.length === 0, shown);
     else console.log(`round ${r}: ${diff.length} of ${res.length} texts differ from the warm-up round (bf16: not checked)` + (diff.length ? `\n${shown}` : ""));
-    if (DURATION_S) {
-      await idle(server, undefined, `after round ${r}`);
-      rss.push(rssKiB(server.pid));
-      console.log(`  RSS ${(rss[rss.length - 1] / 1024).toFixed(1)} MiB (warm-up ${(rssWarm / 1024).toFixed(1)} MiB)`);
-    }
   }
   watching = false;
   await watcher;
@@ -161,8 +152,7 @@ await run(t, async (start) => {
   await sleep(500);
   const rssAfter = rssKiB(server.pid);
   const growth = (rssAfter - rssWarm) / rssWarm;
-  console.log(`RSS after warm-up ${(rssWarm / 1024).toFixed(1)} MiB, after the run ${(rssAfter / 1024).toFixed(1)} MiB (${(growth * 100).toFixed(1)}%)` +
-    (DURATION_S ? `; per round: ${rss.map((k) => (k / 1024).toFixed(0)).join(" ")} MiB` : ""));
+  console.log(`RSS after warm-up ${(rssWarm / 1024).toFixed(1)} MiB, after the run ${(rssAfter / 1024).toFixed(1)} MiB (${(growth * 100).toFixed(1)}%)`);
   t.check("RSS after the run within 10% of RSS after warm-up", Math.abs(growth) <= 0.10,
     `${rssWarm} KiB -> ${rssAfter} KiB (${(growth * 100).toFixed(1)}%)`);
 
@@ -188,4 +178,4 @@ await run(t, async (start) => {
   }
   const h = await request(`${server.url}/health`, { method: "GET" });
   t.check("/health after the load", h.status === 200, `${h.status}`);
-}, { deadlineMs: DURATION_S ? (DURATION_S + 300) * 1000 : 170000 });
+}, { deadlineMs: 170000 });

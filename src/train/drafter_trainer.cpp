@@ -11,6 +11,8 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #endif
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -27,6 +29,7 @@
 #include "core/timer.h"
 #include "datagen/hidden_dataset.h"
 #include "tokenizer/tokenizer.h"
+#include "train/caching_allocator.h"
 #include "train/checkpoint.h"
 #include "train/drafter_losses.h"
 #include "train/drafter_model.h"
@@ -685,6 +688,8 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     }
   };
   module->train();
+  CachingAllocatorStats alloc_before;  // for each step's tensor_blocks
+  if (const CachingCpuAllocator* a = CachingCpuAllocator::installed()) alloc_before = a->stats();
   constexpr int64_t kTimePlanSteps = 20;
   const double loop_start = now_seconds();
   while (step < total_steps) {
@@ -742,6 +747,25 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     for (const OnlineItem& it : items) src->trained(it, step + 1);
     if (lead) {
       json fields = {{"loss", last}, {"lr", lr}, {"grad_norm", grad_norm}};
+      // The tensor cache (train/caching_allocator.h), to tell a growing cache from a leak.
+      if (const CachingCpuAllocator* a = CachingCpuAllocator::installed()) {
+        const CachingAllocatorStats s = a->stats();
+        auto mib = [](std::size_t b) { return std::round(double(b) / double(1 << 20) * 10) / 10; };
+        fields["tensor_mib"] = {{"live", mib(s.live_bytes)}, {"cached", mib(s.cached_bytes)},
+                                {"peak_live", mib(s.peak_live_bytes)}};
+        // This step's requests of cached sizes, and how many the cache served.
+        fields["tensor_blocks"] = {{"requests", s.allocations - alloc_before.allocations},
+                                   {"reused", s.reused - alloc_before.reused},
+                                   {"evicted", s.evicted - alloc_before.evicted}};
+        alloc_before = s;
+        // glibc's heap: in use and free but kept (blocks below the mmap threshold, main.cpp), and
+        // mapped blocks (the tensor cache's, live and cached, among them).
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+        const struct mallinfo2 mi = mallinfo2();
+        fields["heap_mib"] = {{"used", mib(mi.uordblks)}, {"free", mib(mi.fordblks)},
+                              {"mmapped", mib(mi.hblkhd)}};
+#endif
+      }
       if (src) {
         fields.update(src->step_fields());
         fields["samples"] = taken;

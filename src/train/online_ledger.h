@@ -29,6 +29,7 @@ class IndexSet {
   void insert(int64_t i);
   bool contains(int64_t i) const;
   int64_t size() const { return size_; }
+  int64_t ranges() const { return int64_t(r_.size()); }
   nlohmann::json to_json() const;  // [[begin, end), ...]
   // Error naming `where` when `j` is not a list of increasing, disjoint [begin, end) pairs.
   static IndexSet from_json(const nlohmann::json& j, const std::string& where);

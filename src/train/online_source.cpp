@@ -144,14 +144,19 @@ void OnlineSource::start(bool resume, const json& state, int64_t needed, EventSi
   const ResumePlan plan = plan_resume(prompt_count(), journal, trained, journal_path);
   for (const std::string& h : plan.remove) main_store_->delete_sample(h);
 
+  // Each work item carries its prompt's journaled counts; the plan (every prompt the journal
+  // names) is dropped at the end of start().
+  auto journaled = [&](int64_t p) {
+    const auto it = plan.state.find(p);
+    return it == plan.state.end() ? PromptState{} : it->second;
+  };
   std::lock_guard<std::mutex> lock(mu_);
-  state_ = plan.state;
   trained_set_ = trained;
   n_trained_ = trained.size();
   n_failed_ = int64_t(plan.failed.size());
   for (const ResumeFetch& f : plan.fetch)
-    todo_.push_back({f.prompt, true, f.handle, f.server, f.generated});
-  for (int64_t p : plan.request) todo_.push_back({p, false, {}, {}, {}});
+    todo_.push_back({f.prompt, true, f.handle, f.server, f.generated, journaled(f.prompt)});
+  for (int64_t p : plan.request) todo_.push_back({p, false, {}, {}, {}, journaled(p)});
   need_ = needed;
   capacity_ = o_.queue > 0 ? o_.queue : 2 * batch_;
   journal_ = std::make_unique<SyncedLog>(journal_path);
@@ -271,8 +276,9 @@ void OnlineSource::give_up(int64_t prompt, const std::string& why) {
   event({{"event", "prompt_failed"}, {"prompt", prompt}, {"why", why}});
 }
 
-bool OnlineSource::corrupt(int64_t prompt, const std::string& handle, const std::string& why,
-                           HiddenStatesStore& store, bool wait_for_manifest) {
+bool OnlineSource::corrupt(int64_t prompt, PromptState& state, const std::string& handle,
+                           const std::string& why, HiddenStatesStore& store,
+                           bool wait_for_manifest) {
   event({{"event", "corrupt_sample"}, {"prompt", prompt}, {"handle", handle}, {"why", why}});
   JournalEntry e;
   e.kind = JournalEntry::Kind::Corrupt;
@@ -297,10 +303,9 @@ bool OnlineSource::corrupt(int64_t prompt, const std::string& handle, const std:
            {"handle", handle},
            {"why", std::string("cannot delete: ") + x.what()}});
   }
-  int n;
+  const int n = ++state.corrupt;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    n = ++state_[prompt].corrupt;
     ++n_corrupt_;
   }
   if (n < kMaxCorruptAttempts) return false;
@@ -308,16 +313,15 @@ bool OnlineSource::corrupt(int64_t prompt, const std::string& handle, const std:
   return true;
 }
 
-std::optional<OnlineSource::Reply> OnlineSource::request(int64_t prompt) {
+std::optional<OnlineSource::Reply> OnlineSource::request(int64_t prompt, PromptState& state) {
   int avoid = -1;
   const std::vector<ChatMessage> msgs = messages(prompt);
   for (int tries = 0;; ++tries) {
-    int attempt;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) return std::nullopt;
-      attempt = state_[prompt].next_attempt++;
     }
+    const int attempt = state.next_attempt++;
     const std::string rid =
         run_id_ + "-p" + std::to_string(prompt) + "-a" + std::to_string(attempt);
     const size_t s = pool_->acquire(avoid);
@@ -381,13 +385,14 @@ void OnlineSource::process(Work w, HiddenStatesStore& store) {
   bool have = w.fetch;
   for (;;) {
     if (!have) {
-      std::optional<Reply> r = request(p);
+      std::optional<Reply> r = request(p, w.state);
       if (!r) return finish_work();
       if (r->prompt_ids != prompt_ids) {
         const std::string why = "prompt_token_ids (" + std::to_string(r->prompt_ids.size()) +
                                 " ids) differ from the trainer's tokenization of the prompt (" +
                                 std::to_string(prompt_ids.size()) + " ids)";
-        if (corrupt(p, r->handle, why, store, /*wait_for_manifest=*/true)) return finish_work();
+        if (corrupt(p, w.state, r->handle, why, store, /*wait_for_manifest=*/true))
+          return finish_work();
         continue;
       }
       handle = r->handle;
@@ -445,7 +450,7 @@ void OnlineSource::process(Work w, HiddenStatesStore& store) {
       why = std::string("token ids: ") + e.what();
     }
     release_slot();
-    if (corrupt(p, handle, why, store, /*wait_for_manifest=*/false)) return finish_work();
+    if (corrupt(p, w.state, handle, why, store, /*wait_for_manifest=*/false)) return finish_work();
   }
 }
 
@@ -541,6 +546,17 @@ json OnlineSource::reload_drafter(const std::string& abs_dir) {
         {{"server", pool_->url(i)}, {"status", r.status}, {"body", r.body.substr(0, 500)}});
   }
   return answers;
+}
+
+OnlineSource::Bookkeeping OnlineSource::bookkeeping() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Bookkeeping b;
+  b.pending = int64_t(todo_.size());
+  b.in_flight = active_;
+  b.queued = int64_t(queue_.size());
+  b.trained_ranges = trained_set_.ranges();
+  b.handles_to_delete = int64_t(trained_handles_.size() + deleting_.size());
+  return b;
 }
 
 json OnlineSource::step_fields() const {

@@ -92,12 +92,29 @@ class OnlineSource {
   const std::string& run_id() const { return run_id_; }
   const std::string& handle_prefix() const { return prefix_; }
 
+  // What the source holds per prompt now (tests: none of it may grow with the prompts sent).
+  struct Bookkeeping {
+    int64_t pending = 0;            // work items not yet taken (fall as the run goes)
+    int64_t in_flight = 0;          // work items a worker holds (at most --in-flight)
+    int64_t queued = 0;             // verified samples waiting for the training loop
+    int64_t trained_ranges = 0;     // trained_set_'s ranges (1 + gaps)
+    int64_t handles_to_delete = 0;  // trained handles not yet deleted from the store
+  };
+  Bookkeeping bookkeeping() const;
+
  private:
+  // A prompt's work item, with everything this run keeps of the prompt while it is in flight.
+  // Its attempt and corrupt counts live here, not in a per-prompt map: only the one worker that
+  // holds the item reads or writes them, and once the item is done (the sample queued, the prompt
+  // given up, or the run stopping) nothing of the prompt stays in memory but its trained_set_
+  // bit. Request ids stay unique across sessions through the journal: a resumed run's counts
+  // come from its "sent" entries (plan_resume), not from memory.
   struct Work {
     int64_t prompt = -1;
     bool fetch = false;  // resume: the journaled handle, read from the store again
     std::string handle, server;
     std::vector<int32_t> generated;
+    PromptState state;  // the next attempt (a<k> of the request id) and the corrupt samples so far
   };
   struct Reply {
     std::vector<int32_t> prompt_ids, generated;
@@ -108,10 +125,10 @@ class OnlineSource {
   std::optional<Work> take();
   void process(Work w, connector::HiddenStatesStore& store);
   // nullopt: the prompt failed (4xx, counted) or the source is stopping.
-  std::optional<Reply> request(int64_t prompt);
+  std::optional<Reply> request(int64_t prompt, PromptState& state);
   // Logs, journals and deletes a corrupt sample; true when the prompt is now given up.
-  bool corrupt(int64_t prompt, const std::string& handle, const std::string& why,
-               connector::HiddenStatesStore& store, bool wait_for_manifest);
+  bool corrupt(int64_t prompt, PromptState& state, const std::string& handle,
+               const std::string& why, connector::HiddenStatesStore& store, bool wait_for_manifest);
   void give_up(int64_t prompt, const std::string& why);
   void finish_work();
   bool reserve_slot();
@@ -145,8 +162,9 @@ class OnlineSource {
   std::deque<OnlineItem> queue_;
   bool stopping_ = false, stopped_ = false, started_ = false;
   std::exception_ptr error_;
-  std::map<int64_t, PromptState> state_;
-  IndexSet trained_set_;
+  IndexSet trained_set_;  // ranges: one per gap (a failed prompt, or one still in flight)
+  // Trained since the last checkpoint_state(), and included in it but not yet deleted from the
+  // store: each at most --save-every x --batch handles.
   std::vector<std::string> trained_handles_, deleting_;
   int64_t n_trained_ = 0, n_trained_session_ = 0, n_corrupt_ = 0, n_failed_ = 0, n_fetched_ = 0;
   double start_time_ = 0;

@@ -35,6 +35,7 @@
 #include "tokenizer/tokenizer.h"
 #include "train/drafter_trainer.h"
 #include "train/online_ledger.h"
+#include "train/online_source.h"
 
 namespace dspark::train {
 namespace {
@@ -454,6 +455,126 @@ TEST_P(OnlineRun, InitStartsFromAnExistingDrafterAndKeepsItsShape) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stores, OnlineRun, ::testing::Values("file", "redis"));
+
+// The sample stream on its own, as the training loop drives it (pop, trained, checkpoint), over
+// two sessions: the first stopped part-way with samples queued and requests in flight, the second
+// resumed from the first's last checkpoint state. A run of weeks sends millions of prompts, so
+// nothing the source holds may grow with the prompts sent: once a prompt's sample is trained, or
+// the prompt is given up, nothing of it stays in memory but its bit of the trained set (one range
+// per gap: here the two failed prompts). Request ids stay unique across the sessions (the resumed
+// attempt numbers come from the journal) and every good prompt is trained exactly once.
+TEST_P(OnlineRun, TheSourceKeepsNothingPerPromptOnceItIsDoneAndIdsStayUnique) {
+  Store store(GetParam());
+  TempDir t;
+  const FaultFn faults = [](int64_t p, int a) {
+    if (p == 2 && a == 0) return Fault::WrongSampleTokens;  // corrupt once, re-requested
+    if (p == 5) return Fault::Status400;                    // given up
+    if (p == 7) return Fault::ErrorManifest;                // three corrupt samples: given up
+    if (p == 11 && a == 0) return Fault::Status503;         // retried
+    return Fault::None;
+  };
+  FakeServer a(store.url, kServerLayers, faults, /*delay_ms=*/20),
+      b(store.url, kServerLayers, faults, 20);
+  const int n = 40, batch = 2, in_flight = 4;
+  OnlineOptions o;
+  o.enabled = true;
+  o.prompts = prompts_file(t, n);
+  o.servers = {a.url(), b.url()};
+  o.store = store.url;
+  o.max_tokens = 6;
+  o.in_flight = in_flight;
+  o.sample_timeout = 1.5;
+  o.request_timeout = 30;
+  o.server_wait = 10;
+  TargetNorm norm;
+  norm.num_layers = 3;
+  norm.hidden = 64;
+  norm.weight.assign(64, 1.0f);
+  const std::string out = t.path() + "/run";
+  std::mutex mu;
+  std::vector<json> starts;  // the online_start events
+  const auto sink = [&](const json& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (e.value("event", "") == "online_start") starts.push_back(e);
+  };
+  using Bookkeeping = OnlineSource::Bookkeeping;
+  // Pops, trains and checkpoints (every 2 steps) `samples` samples, or until the stream ends;
+  // checks the bounds after every checkpoint. Returns the last checkpoint's state.
+  int64_t trained = 0;
+  auto drive = [&](OnlineSource& src, int samples) {
+    json state;
+    for (int k = 0; k < samples; ++k) {
+      std::optional<OnlineItem> it = src.pop();
+      if (!it) break;
+      src.trained(*it, trained++ / batch + 1);
+      if (k % (2 * batch) == 2 * batch - 1) {
+        state = src.checkpoint_state();
+        src.checkpoint_saved();
+        const Bookkeeping bk = src.bookkeeping();
+        EXPECT_EQ(bk.handles_to_delete, 0);
+        EXPECT_LE(bk.in_flight, in_flight);
+        EXPECT_LE(bk.queued, 2 * batch);
+        // Gaps: the 2 failed prompts, those taken but not yet trained (in flight or queued),
+        // and after the resume the first session's in flight and queued, fetched or requested
+        // again first.
+        EXPECT_LE(bk.trained_ranges, 1 + 2 + 2 * (in_flight + 2 * batch));
+      }
+    }
+    state = src.checkpoint_state();
+    src.checkpoint_saved();
+    return state;
+  };
+  json first_state;
+  {
+    OnlineSource src(o, out, target(), norm, {0, 2}, batch);
+    src.start(false, json(), n, sink);
+    first_state = drive(src, 12);
+    src.stop(false);  // requests in flight aborted, samples queued but never trained
+  }
+  OnlineSource src(o, out, target(), norm, {0, 2}, batch);
+  src.start(true, first_state, n - 12, sink);
+  {
+    // The resumed session accounts for every prompt once: trained, failed, fetched or requested.
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(starts.size(), 2u);
+    const json& r = starts[1];
+    EXPECT_EQ(r["trained"], 12);
+    EXPECT_EQ(r["trained"].get<int>() + r["failed"].get<int>() + r["fetch"].get<int>() +
+                  r["request"].get<int>(),
+              n)
+        << r.dump();
+  }
+  drive(src, n);
+  const Bookkeeping end = src.bookkeeping();
+  EXPECT_EQ(end.pending, 0);
+  EXPECT_EQ(end.in_flight, 0);
+  EXPECT_EQ(end.queued, 0);
+  EXPECT_EQ(end.handles_to_delete, 0);
+  EXPECT_EQ(end.trained_ranges, 3);  // [0, 5) [6, 7) [8, 40): the failed prompts' gaps only
+  EXPECT_EQ(src.summary()["failed"], 2);
+  src.stop(true);
+
+  std::map<int64_t, int> want;
+  for (int p = 0; p < n; ++p)
+    if (p != 5 && p != 7) want[p] = 1;
+  EXPECT_EQ(consumed_counts(out), want);
+  // Every request id (and so every handle) once, across both sessions; the corrupt prompt's
+  // attempts numbered on.
+  std::set<std::string> sent;
+  std::map<int64_t, std::set<int>> attempts;
+  for (const JournalEntry& e : read_journal(out + "/online_journal.jsonl", false)) {
+    if (e.kind != JournalEntry::Kind::Sent) continue;
+    EXPECT_TRUE(sent.insert(e.handle).second) << "request id sent twice: " << e.handle;
+    EXPECT_TRUE(attempts[e.prompt].insert(e.attempt).second) << e.handle;
+  }
+  // (One more each when the first session stopped with its request in flight.)
+  EXPECT_GE(attempts[7].size(), 3u);
+  EXPECT_GE(attempts[5].size(), 1u);
+  EXPECT_GE(attempts[2].size(), 2u);
+  EXPECT_GE(attempts[11].size(), 2u);
+  ASSERT_TRUE(connector_test::eventually([&] { return a.idle() && b.idle(); }));
+  EXPECT_EQ(store.left(), std::vector<std::string>{});
+}
 
 // --init models/demo-dspark, the committed drafter (calibrated, a 2048-id draft vocabulary): one
 // online step on models/demo keeps its shape and draft vocabulary, and the engine loads the result.

@@ -40,6 +40,18 @@ export function specConfig(drafter) {
   });
 }
 
+// The prompts of the load and soak tests' requests.
+export const LOAD_PROMPTS = [
+  "Tom has 15 apples and gives 6 to Ana. How many apples does Tom have left?",
+  "Write a short poem about the sea.",
+  "What is 12 times 7?",
+  "Explain what a compiler does in one sentence.",
+  "List three colours.",
+  "A train travels 60 km in 1.5 hours. What is its average speed?",
+  "Name a famous river in Europe.",
+  "Describe the smell of rain.",
+];
+
 // ---------------------------------------------------------------------------------------------
 // Servers. Every server started here is SIGKILLed when this process exits for any reason; on
 // Linux it also gets PR_SET_PDEATHSIG (through setpriv), so a test killed by CTest's time-out

@@ -12,7 +12,7 @@
 //        [--max-tokens 32] [--rounds 2] [--warmup-rounds 1] [--no-spec 1] [--dtype f32|bf16]
 // Memory over hours is soak_test.mjs's (scripts/serve_soak.sh).
 import {
-  Checker, getMetrics, metric, metricSum, parseArgs, pollMetrics, request, readSSE, rssKiB, run, sleep, specConfig, trunc,
+  LOAD_PROMPTS, Checker, getMetrics, metric, metricSum, parseArgs, pollMetrics, request, readSSE, rssKiB, run, sleep, specConfig, trunc,
 } from "./lib.mjs";
 
 const opt = parseArgs();
@@ -27,16 +27,7 @@ const EXACT = DTYPE === "f32";  // texts must repeat exactly
 const NAME = "dspark-demo";
 const t = new Checker("load_test");
 
-const prompts = [
-  "Tom has 15 apples and gives 6 to Ana. How many apples does Tom have left?",
-  "Write a short poem about the sea.",
-  "What is 12 times 7?",
-  "Explain what a compiler does in one sentence.",
-  "List three colours.",
-  "A train travels 60 km in 1.5 hours. What is its average speed?",
-  "Name a famous river in Europe.",
-  "Describe the smell of rain.",
-];
+const prompts = LOAD_PROMPTS;
 
 // Request i of a round: the same body every round.
 function body(i) {

@@ -71,7 +71,7 @@ import os from "node:os";
 import path from "node:path";
 
 import {
-  Checker, errorShape, getMetrics, metric, metricSum, parseArgs, pollMetrics, readSSE, request, rssKiB, run, sleep,
+  LOAD_PROMPTS, Checker, errorShape, getMetrics, metric, metricSum, parseArgs, pollMetrics, readSSE, request, rssKiB, run, sleep,
   specConfig, trunc,
 } from "./lib.mjs";
 
@@ -100,16 +100,7 @@ const NAME = "dspark-demo";
 const lab = { model_name: NAME };
 const t = new Checker("soak_test");
 
-const prompts = [
-  "Tom has 15 apples and gives 6 to Ana. How many apples does Tom have left?",
-  "Write a short poem about the sea.",
-  "What is 12 times 7?",
-  "Explain what a compiler does in one sentence.",
-  "List three colours.",
-  "A train travels 60 km in 1.5 hours. What is its average speed?",
-  "Name a famous river in Europe.",
-  "Describe the smell of rain.",
-];
+const prompts = LOAD_PROMPTS;
 // Greedy, the demo model continues this without an end-of-sequence token (disconnect_test.mjs),
 // so an aborted stream cannot end by itself before the client leaves.
 const LOOP_PROMPT = "Once upon a time, in a town by the sea,";

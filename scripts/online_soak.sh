@@ -5,12 +5,17 @@
 # and one `dspark train drafter --online` that sends them prompts, trains on the exported samples,
 # deletes them from the store after each checkpoint and hot-reloads both servers' drafter -- for
 # SECONDS, proving that no process grows:
+#   * first a high-water round on both servers (long requests at full concurrency, exporting
+#     requests of the trainer's shape; their samples deleted) brings them to their steady size;
 #   * every INTERVAL s: VmRSS of redis-server, each server and the trainer, redis DBSIZE and
 #     INFO memory used_memory, the servers' dspark:hidden_states_exports_total{result="written"}
-#     and the samples trained, one CSV row (OUT/samples.csv);
+#     and the samples trained, and the trainer's RSS at the end of its latest step (its log's
+#     rss_mib), one CSV row (OUT/samples.csv);
 #   * after the warm-up (--warmup S, default the first 20% of the run), a least-squares line per
 #     series over time: its slope in KiB per minute and in bytes per exported request (the
-#     exports both servers counted in the window; a server's own for a server);
+#     exports both servers counted in the window; a server's own for a server); for the trainer
+#     the series is its RSS at step ends, the same point of every step (sampled at random times
+#     it also swings with each sample's length; the summary gives that range and its peak);
 #   * fails (exit 1) when, for any process, RSS at the end is more than --max-growth-pct (2%) above
 #     RSS at the end of the warm-up (each the median of the 3 samples there, so that one noisy
 #     sample decides nothing; for redis-server plus the bytes of the samples it may hold at once,
@@ -34,8 +39,9 @@
 #                          [--keep]
 # Environment: DSPARK (the dspark binary; dspark-train must be next to it, as `make build` leaves
 # them), MODEL (models/demo), DRAFTER (models/demo-dspark). The environment passes to every
-# process, e.g. DSPARK_TRAIN_CACHE_MIB (the trainer's tensor cache bound, default 8 GiB) or
-# MALLOC_ARENA_MAX (glibc's arenas, servers and trainer).
+# process, e.g. DSPARK_TRAIN_CACHE_MIB (a hard cap on the trainer's tensor cache, default 8 GiB;
+# it holds at most the peak of live tensor bytes anyway), ONEDNN_PRIMITIVE_CACHE_CAPACITY (the
+# trainer sets 128 unless given) or MALLOC_ARENA_MAX (glibc's arenas, servers and trainer).
 # The prompts are written by this script (arithmetic, word and list questions, distinct), many
 # more than the run can answer, so the trainer never runs out; the training run's drafter-step-K
 # directories beyond the newest 3 are removed as it goes (each ~15 MiB), checkpoints are kept 2 by
@@ -137,6 +143,52 @@ for s in 0 1; do
   [[ -n "${URLS[$s]}" ]] || die "server $s did not start"
 done
 
+rss() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status" 2> /dev/null || true; }
+exports() {  # written exports of one server (empty when /metrics does not answer)
+  curl -s -m 5 "$1/metrics" 2> /dev/null |
+    sed -n 's/^dspark:hidden_states_exports_total{.*result="written"} \([0-9]*\).*/\1/p' | head -1
+}
+
+# The servers' high-water round, before the trainer starts: buffers sized by the largest step (the
+# forward pass's workspace and logits rows, the drafter's, the exporter's) and the KV pages that the
+# longest batch touches grow once, to what the heaviest load needs, and then stay. The trainer's
+# own requests reach that load only by chance (two servers grew by 10 MiB over the first 14
+# minutes of a 30-minute run, then stayed flat), so it is forced here on both servers at once:
+# --max-num-seqs (16) requests with long prompts that run to 256 tokens each, and 2 x 16 exporting
+# chat requests of the trainer's shape. Their samples are deleted from the store before the run.
+WARM_DIR="$OUT/warmup"
+mkdir -p "$WARM_DIR"
+python3 - "$WARM_DIR" "$MAXTOK" << 'EOF'
+import json, os, sys
+d, maxtok = sys.argv[1], int(sys.argv[2])
+words = "the quick brown fox jumps over a lazy dog while seven small birds sing near the river".split()
+for i in range(16):
+    prompt = " ".join(words[(i + k) % len(words)] for k in range(1400)) + f" Summarize this, part {i}."
+    json.dump({"prompt": prompt, "max_tokens": 256, "ignore_eos": True, "temperature": 0},
+              open(os.path.join(d, f"long{i}.json"), "w"))
+for i in range(32):
+    json.dump({"messages": [{"role": "user", "content": f"What is {7 + i} times {3 + i % 5}?"}],
+               "max_tokens": maxtok, "temperature": 0, "return_token_ids": True,
+               "kv_transfer_params": {"include_output_tokens": True}},
+              open(os.path.join(d, f"chat{i}.json"), "w"))
+EOF
+warm_jobs() {
+  local u i
+  for u in "${URLS[@]}"; do
+    for i in $(seq 0 15); do echo "$u/v1/completions $WARM_DIR/long$i.json"; done
+    for i in $(seq 0 31); do echo "$u/v1/chat/completions $WARM_DIR/chat$i.json"; done
+  done
+}
+TW=$(date +%s)
+warm_jobs | xargs -P 96 -L 1 sh -c \
+  'code=$(curl -s -o /dev/null -w "%{http_code}" -m 600 -H "Content-Type: application/json" --data-binary "@$1" "$0"); [ "$code" = 200 ] || { echo "$0 $1: HTTP $code" >&2; exit 255; }' ||
+  die "a warm-up request failed"
+sleep 1
+rcli flushdb > /dev/null
+WARM_EXPORTS=()
+for s in 0 1; do WARM_EXPORTS[$s]=$(exports "${URLS[$s]}"); done
+echo "online_soak: high-water round on both servers in $(( $(date +%s) - TW )) s; RSS KiB serve0 $(rss "${SPIDS[0]}") serve1 $(rss "${SPIDS[1]}"); its ${WARM_EXPORTS[0]:-?}+${WARM_EXPORTS[1]:-?} exports deleted"
+
 # Distinct prompts, many more than the run answers (the demo answers 1-3 a second over both servers
 # on 2 cores): 10 per second of the run, at least 2000. --steps defaults to prompts / batch.
 NPROMPTS=$(( DURATION * 10 > 2000 ? DURATION * 10 : 2000 ))
@@ -162,11 +214,6 @@ T0=$(date +%s)
 TPID=$!  # `dspark train` execs dspark-train: the same process
 PIDS+=("$TPID")
 
-rss() { sed -n 's/^VmRSS:[[:space:]]*\([0-9]*\) kB/\1/p' "/proc/$1/status" 2> /dev/null || true; }
-exports() {  # written exports of one server (empty when /metrics does not answer)
-  curl -s -m 5 "$1/metrics" 2> /dev/null |
-    sed -n 's/^dspark:hidden_states_exports_total{.*result="written"} \([0-9]*\).*/\1/p' | head -1
-}
 trained() { [[ -f "$RUN/online_consumed.jsonl" ]] && wc -l < "$RUN/online_consumed.jsonl" || echo 0; }
 prune_drafters() {  # keep the newest 3 drafter-step-K (a server may be loading the newest)
   local d
@@ -189,11 +236,20 @@ leaked() {
     END { print n + 0 }' "$OUT/.handles" "$RUN/online_consumed.jsonl"
 }
 CSV="$OUT/samples.csv"
-echo "t_s,redis_rss_kib,serve0_rss_kib,serve1_rss_kib,trainer_rss_kib,redis_keys,redis_stale_keys,redis_leaked_keys,redis_used_memory,serve0_exports,serve1_exports,trained,reloads" > "$CSV"
+echo "t_s,redis_rss_kib,serve0_rss_kib,serve1_rss_kib,trainer_rss_kib,trainer_step_rss_kib,redis_keys,redis_stale_keys,redis_leaked_keys,redis_used_memory,serve0_exports,serve1_exports,trained,reloads" > "$CSV"
 # Keys no command has touched for STALE_S seconds: a sample is read once when it is ready and
 # deleted at the checkpoint after it is trained (every --reload steps), so one left that long is
 # one the trainer will never delete (a leak), whatever the key count does meanwhile.
 STALE_LUA="local n = 0 for _, k in ipairs(redis.call('keys', '*')) do if redis.call('object', 'idletime', k) > tonumber(ARGV[1]) then n = n + 1 end end return n"
+# The trainer's RSS at the end of its latest step (its log's rss_mib, in KiB): the same point of
+# every step. Sampled from outside at random times, its RSS also holds whatever part of the step's
+# working set was not served from its tensor cache, which the sample's length decides (the demo's
+# swings by 100-150 MiB), and a line fitted through that says more about where the samples fell.
+step_rss() {
+  local v
+  v=$(tac "$RUN/train_log.jsonl" 2> /dev/null | grep -m 1 -o '"rss_mib":[0-9.]*' | cut -d: -f2 || true)
+  [[ -n "$v" ]] && awk -v m="$v" 'BEGIN { printf "%.0f", m * 1024 }'
+}
 sample() {
   local t=$(( $(date +%s) - T0 )) keys stale leak mem e0 e1 rl
   keys=$(rcli dbsize 2> /dev/null | tr -d '\r' || true)
@@ -201,8 +257,10 @@ sample() {
   leak=$(leaked)
   rl=$(grep -c '"event":"reload"' "$RUN/train_log.jsonl" 2> /dev/null || true)
   mem=$(rcli info memory 2> /dev/null | tr -d '\r' | sed -n 's/^used_memory:\([0-9]*\)$/\1/p' || true)
-  e0=$(exports "${URLS[0]}") e1=$(exports "${URLS[1]}")
-  echo "$t,$(rss "$REDIS_PID"),$(rss "${SPIDS[0]}"),$(rss "${SPIDS[1]}"),$(rss "$TPID"),$keys,$stale,$leak,$mem,$e0,$e1,$(trained),${rl:-0}" >> "$CSV"
+  e0=$(exports "${URLS[0]}") e1=$(exports "${URLS[1]}")  # the trainer's (the warm-up's taken off)
+  [[ -n "$e0" ]] && e0=$(( e0 - ${WARM_EXPORTS[0]:-0} ))
+  [[ -n "$e1" ]] && e1=$(( e1 - ${WARM_EXPORTS[1]:-0} ))
+  echo "$t,$(rss "$REDIS_PID"),$(rss "${SPIDS[0]}"),$(rss "${SPIDS[1]}"),$(rss "$TPID"),$(step_rss),$keys,$stale,$leak,$mem,$e0,$e1,$(trained),${rl:-0}" >> "$CSV"
 }
 echo "online_soak: ${DURATION}s (warm-up ${WARMUP}s), sampling every ${INTERVAL}s into $CSV"
 echo "  redis $REDIS_PID (port $RP), serve0 ${SPIDS[0]} ${URLS[0]}, serve1 ${SPIDS[1]} ${URLS[1]}, trainer $TPID"
@@ -261,16 +319,19 @@ both = ("serve0_exports", "serve1_exports")
 minutes = (post[-1]["t_s"] - post[0]["t_s"]) / 60.0
 table = {}
 for name, col, which in (("redis-server", "redis_rss_kib", both), ("serve0", "serve0_rss_kib", ("serve0_exports",)),
-                         ("serve1", "serve1_rss_kib", ("serve1_exports",)), ("trainer", "trainer_rss_kib", both)):
-    slope = fit(col, post)  # KiB per minute
-    start = statistics.median(r[col] for r in post[:3])
-    end = statistics.median(r[col] for r in post[-3:])
+                         ("serve1", "serve1_rss_kib", ("serve1_exports",)), ("trainer", "trainer_step_rss_kib", both)):
+    vals = [r for r in post if r[col] is not None]
+    if len(vals) < 6:
+        sys.exit(f"online_soak: only {len(vals)} samples of {col} after the warm-up")
+    slope = fit(col, vals)  # KiB per minute
+    start = statistics.median(r[col] for r in vals[:3])
+    end = statistics.median(r[col] for r in vals[-3:])
     growth = 100.0 * (end - start) / start
     n_exp = window_exports(which)
     bpe = slope * minutes * 1024.0 / n_exp if n_exp > 0 else None
     n_rel = (post[-1]["reloads"] or 0) - (post[0]["reloads"] or 0)
     kpr = slope * minutes / n_rel if n_rel > 0 else None
-    table[name] = {"rss_start_kib": start, "rss_end_kib": end, "rss_peak_kib": max(r[col] for r in rows),
+    table[name] = {"rss_start_kib": start, "rss_end_kib": end, "rss_peak_kib": max(r[col] for r in rows if r[col] is not None),
                    "growth_pct": round(growth, 3), "slope_kib_per_min": round(slope, 2),
                    "bytes_per_export": round(bpe, 1) if bpe is not None else None, "exports_in_window": n_exp,
                    "kib_per_reload": round(kpr, 1) if kpr is not None else None, "reloads_in_window": n_rel}
@@ -284,6 +345,10 @@ for name, col, which in (("redis-server", "redis_rss_kib", both), ("serve0", "se
     if slope > max_slope and (bpe is None or bpe > max_bpe):
         fails.append(f"{name}: RSS slope {slope:.1f} KiB/min ({bpe if bpe is None else round(bpe)} B per export), "
                      f"bounds {max_slope} KiB/min and {max_bpe} B per export")
+# The trainer's RSS as sampled from outside, for the record: its range after the warm-up.
+raw = [r["trainer_rss_kib"] for r in post if r["trainer_rss_kib"] is not None]
+table["trainer"].update({"sampled_min_kib": min(raw), "sampled_max_kib": max(raw),
+                         "sampled_peak_kib": max(r["trainer_rss_kib"] for r in rows if r["trainer_rss_kib"] is not None)})
 keys = [r["redis_keys"] for r in rows if r["redis_keys"] is not None]
 key_slope = fit("redis_keys", post)
 mem_start = statistics.median(r["redis_used_memory"] for r in post[:3])
@@ -326,6 +391,9 @@ for n, d in table.items():
     kpr = f"{d['kib_per_reload']:.0f}" if d["kib_per_reload"] is not None else "-"
     print(f"{n:<13}{d['rss_start_kib']:>11.0f}{d['rss_end_kib']:>11.0f}{d['rss_peak_kib']:>11.0f}{d['growth_pct']:>9.2f}"
           f"{d['slope_kib_per_min']:>11.1f}{bpe:>12}{kpr:>12}")
+t = table["trainer"]
+print(f"trainer: RSS at the end of each step above; sampled at any time after the warm-up "
+      f"{t['sampled_min_kib']:.0f}-{t['sampled_max_kib']:.0f} KiB, peak {t['sampled_peak_kib']:.0f} KiB")
 print(f"redis keys: max {redis['keys_max']:.0f} (bound {keybound}), end {redis['keys_end']:.0f}, "
       f"slope {key_slope:.2f}/min, trained+checkpointed yet stored: max {max(leaked):.0f}, "
       f"untouched > {stale_s} s: max {max(stale):.0f}; used_memory {mem_start/1048576:.2f} -> {mem_end/1048576:.2f} MiB "

@@ -5,6 +5,7 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <sstream>
@@ -317,11 +318,25 @@ int cmd_bench_matmul(int argc, char** argv) {
 }  // namespace dspark::train
 
 int main(int argc, char** argv) {
-  // Keep freed heap memory instead of trimming it back to the kernel after every step. The mmap
-  // threshold stays glibc's dynamic one: glibc refuses fixed thresholds above 32 MiB (mallopt
-  // returns 0), and a fixed 32 MiB threshold measured slower on the demo target (6.9 against 5.9 s
-  // per step in two alternating pairs of 10-step runs, identical losses).
+  // oneDNN (libtorch's bf16 products) keeps a compiled primitive per shape, 1,024 of them by
+  // default. Online samples vary in length and so in shapes: the cache filled over half an hour of
+  // the demo's online soak, its heap growing 66 -> 150 MiB. Shapes repeat within a step (every layer
+  // has the same ones), not across samples, so a smaller cache loses no hits. A value the user set
+  // wins; oneDNN reads it at its first product.
+  setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "128", /*overwrite=*/0);
+  // Keep freed heap memory instead of trimming it back to the kernel after every step. Setting
+  // M_TRIM_THRESHOLD also ends glibc's dynamic mmap threshold (so does setting M_TOP_PAD,
+  // M_MMAP_THRESHOLD or M_MMAP_MAX): it stays at its 128 KiB default, which M_MMAP_THRESHOLD now
+  // says explicitly, because the tensor cache (train/caching_allocator.h) relies on it. Each of
+  // its blocks (256 KiB and more) is then a mapping of its own, so a block it evicts goes back to
+  // the kernel at once. Without these calls (glibc's defaults: a dynamic threshold that rises to
+  // 32 MiB as large blocks are freed) evicted blocks stayed in the heap as free chunks between
+  // live ones, which trimming cannot return: the demo's online soak held 0.9 GiB of free heap and
+  // 1.7 GiB of RSS after 7 minutes, against 60 MiB and 0.85 GiB with them. A fixed 32 MiB
+  // threshold also measured slower on the demo target (6.9 against 5.9 s per step in two
+  // alternating pairs of 10-step runs, identical losses).
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
   // Buffers above that threshold are mmapped, zeroed by the kernel on first touch and unmapped
   // when freed; libtorch tensors of 256 KiB and more come from a caching allocator instead.
   try {

@@ -38,7 +38,7 @@
 #                          [--max-slope-kib-min 256] [--max-bytes-per-export 4096] [--stale-s 600]
 #                          [--keep]
 # Environment: DSPARK (the dspark binary; dspark-train must be next to it, as `make build` leaves
-# them), MODEL (models/demo), DRAFTER (models/demo-dspark). The environment passes to every
+# them), MODEL (models/demo), DRAFTER (models/demo-dspark), MAX_MODEL_LEN (the servers', 512). The environment passes to every
 # process, e.g. DSPARK_TRAIN_CACHE_MIB (a hard cap on the trainer's tensor cache, default 8 GiB;
 # it holds at most the peak of live tensor bytes anyway), ONEDNN_PRIMITIVE_CACHE_CAPACITY (the
 # trainer sets 128 unless given) or MALLOC_ARENA_MAX (glibc's arenas, servers and trainer).
@@ -50,6 +50,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 DURATION=1800 BUILD=build WARMUP="" INTERVAL=10 OUT="" MAXTOK=64 BATCH=4 RELOAD=10
+MAX_MODEL_LEN=${MAX_MODEL_LEN:-512}
 MAX_GROWTH_PCT=2 MAX_SLOPE_KIB_MIN=256 MAX_BYTES_PER_EXPORT=4096 STALE_S=600 KEEP=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -130,7 +131,7 @@ SPEC='{"method": "dspark", "model": "'"$DRAFTER"'", "num_speculative_tokens": 8}
 KVT='{"kv_connector": "HiddenStatesConnector", "kv_role": "kv_producer", "kv_connector_extra_config": {"store": "'"$STORE"'"}}'
 URLS=() SPIDS=()
 for s in 0 1; do
-  "$DSPARK" serve --model "$MODEL" --port 0 --threads 1 --speculative-config "$SPEC" \
+  "$DSPARK" serve --model "$MODEL" --port 0 --threads 1 --max-model-len "$MAX_MODEL_LEN" --speculative-config "$SPEC" \
     --kv-transfer-config "$KVT" > "$OUT/serve$s.log" 2>&1 &
   SPIDS[$s]=$!
   PIDS+=("$!")
@@ -154,8 +155,10 @@ exports() {  # written exports of one server (empty when /metrics does not answe
 # longest batch touches grow once, to what the heaviest load needs, and then stay. The trainer's
 # own requests reach that load only by chance (two servers grew by 10 MiB over the first 14
 # minutes of a 30-minute run, then stayed flat), so it is forced here on both servers at once:
-# --max-num-seqs (16) requests with long prompts that run to 256 tokens each, and 2 x 16 exporting
-# chat requests of the trainer's shape. Their samples are deleted from the store before the run.
+# --max-num-seqs (16) requests with long prompts that run to 128 tokens each (about 490 positions
+# of the servers' --max-model-len, MAX_MODEL_LEN=512 by default; the trainer's requests stay far
+# below it), and 2 x 16 exporting chat requests of the trainer's shape. Their samples are deleted
+# from the store before the run.
 WARM_DIR="$OUT/warmup"
 mkdir -p "$WARM_DIR"
 python3 - "$WARM_DIR" "$MAXTOK" << 'EOF'
@@ -163,8 +166,8 @@ import json, os, sys
 d, maxtok = sys.argv[1], int(sys.argv[2])
 words = "the quick brown fox jumps over a lazy dog while seven small birds sing near the river".split()
 for i in range(16):
-    prompt = " ".join(words[(i + k) % len(words)] for k in range(1400)) + f" Summarize this, part {i}."
-    json.dump({"prompt": prompt, "max_tokens": 256, "ignore_eos": True, "temperature": 0},
+    prompt = " ".join(words[(i + k) % len(words)] for k in range(270)) + f" Summarize this, part {i}."
+    json.dump({"prompt": prompt, "max_tokens": 128, "ignore_eos": True, "temperature": 0},
               open(os.path.join(d, f"long{i}.json"), "w"))
 for i in range(32):
     json.dump({"messages": [{"role": "user", "content": f"What is {7 + i} times {3 + i % 5}?"}],
@@ -276,7 +279,7 @@ while (( $(date +%s) - T0 < DURATION )); do
   sample
   prune_drafters
   if (( ( $(date +%s) - T0 ) % 60 < INTERVAL )); then
-    tail -n 1 "$CSV" | awk -F, '{printf "  t=%4ss rss KiB redis %s serve0 %s serve1 %s trainer %s | keys %s (leaked %s) | exports %s+%s trained %s reloads %s\n", $1,$2,$3,$4,$5,$6,$8,$10,$11,$12,$13}'
+    tail -n 1 "$CSV" | awk -F, '{printf "  t=%4ss rss KiB redis %s serve0 %s serve1 %s trainer %s (step end %s) | keys %s (leaked %s) | exports %s+%s trained %s reloads %s\n", $1,$2,$3,$4,$5,$6,$7,$9,$11,$12,$13,$14}'
   fi
 done
 reloads=$(grep -c '"event":"reload"' "$RUN/train_log.jsonl" 2> /dev/null || true)

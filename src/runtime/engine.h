@@ -1,7 +1,12 @@
 // Engine: one loop that owns the target, its paged KV cache and the drafter, and serves many
 // requests at once. Each step is ONE target forward over a flat batch: chunks of new prompts
 // (chunked prefill under max_num_batched_tokens) and, for every running request, its anchor plus
-// the l_r drafts the verification policy chose for it. Drafting is batched across requests.
+// the l_r drafts the verification-length policy chose for it. Drafting is batched across requests.
+//
+// The loop ties three parts together (docs/serving.md, "One step"): the request scheduler
+// (queues, admission, preemption, the step's plan), the model runner (drafting, the forward pass,
+// verification) and the output processor (text, stops, outputs, metrics). The engine itself takes
+// requests in, drains and runs the loop's thread.
 //
 // A request's output depends only on the request: its random draws come from streams keyed by
 // its seed and the token position (sample/rng.h), so in --dtype f32 a greedy request's tokens are
@@ -11,7 +16,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -19,82 +23,18 @@
 #include <vector>
 
 #include "model/forward.h"
-#include "runtime/generate.h"
+#include "runtime/engine_options.h"
 #include "runtime/metrics.h"
+#include "runtime/model_runner.h"
+#include "runtime/output_processor.h"
+#include "runtime/request.h"
+#include "runtime/request_scheduler.h"
 #include "spec_decode/drafter.h"
 #include "spec_decode/length_policy.h"
 #include "spec_decode/spec_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {
-
-struct EngineOptions {
-  int max_num_seqs = 16;              // requests running at once (vLLM --max-num-seqs)
-  int max_num_batched_tokens = 2048;  // tokens in one step (vLLM --max-num-batched-tokens)
-  int64_t kv_tokens = 0;  // KV cache capacity in positions (0: what the memory default gives)
-  int max_model_len = 0;  // 0: the model's max_position_embeddings
-  DType kv_dtype = DType::BF16;
-  // Steps with prompts to prefill run only those (vLLM V0's order): the lowest TTFT, at the cost
-  // of one step's delay to the decoding requests per arrival. Off: chunks of prompts share each
-  // step with the decoding rounds (vLLM V1's chunked prefill).
-  bool prefill_first = false;
-  // Hidden-state export (the hidden-states connector): the outputs of these target layers
-  // (dspark's ids: 0-based decoder-layer outputs, -1 the embeddings; vLLM's id i is our i - 1)
-  // are kept for every position of a request that asks (EngineRequest::export_hidden), and
-  // handed to on_export when it finishes. With a drafter that taps them already (export while
-  // speculating) they cost a copy; the others are tapped from the same forward pass.
-  std::vector<int> export_layers;
-  bool export_bf16 = true;  // the export's dtype: bf16, else f32
-  std::function<void(struct HiddenExport&&)> on_export;  // engine thread; must not block
-};
-
-// What the engine hands the connector for a finished request that asked for export.
-struct HiddenExport {
-  std::string handle;              // EngineRequest::export_handle
-  std::string request_id;
-  std::vector<int32_t> token_ids;  // the prompt, and with export_output_tokens the output but the last
-  int prompt_tokens = 0;
-  int output_tokens = 0;
-  std::vector<int> layers;         // EngineOptions::export_layers
-  int hidden = 0;
-  bool bf16 = true;
-  std::string bytes;               // [token_ids.size()][layers.size()][hidden], little-endian
-  std::string error;               // non-empty: capture failed (write an error manifest)
-};
-
-struct EngineRequest {
-  EngineRequest() = default;
-  EngineRequest(std::string id, std::vector<int32_t> prompt_ids, GenerateParams p)
-      : request_id(std::move(id)), prompt(std::move(prompt_ids)), params(std::move(p)) {}
-  std::string request_id;       // the client's x-request-id, or one the server made
-  std::vector<int32_t> prompt;  // token ids (chat template already applied)
-  // Sampling (with seed), stop ids and stop strings; max_tokens -1 means as many as fit under
-  // max_model_len (vLLM's default), else prompt + max_tokens must fit (submit() refuses it).
-  GenerateParams params;
-  // Export this request's target hidden states when it finishes (needs EngineOptions::
-  // export_layers): every prompt position, and the output's too (all but the last token, which
-  // no forward pass has seen) with export_output_tokens (vLLM's include_output_tokens).
-  bool export_hidden = false;
-  bool export_output_tokens = false;
-  std::string export_handle;
-};
-
-// What the engine hands a request's owner after each step that advanced it (engine thread).
-struct RequestOutput {
-  std::string text;  // new text since the previous output (held back near stop strings)
-  std::vector<int32_t> token_ids;  // new token ids since the previous output
-  bool finished = false;
-  std::string finish_reason;  // when finished: "stop", "length" or "abort"
-  // What stopped a "stop" (vLLM's stop_reason): a stop string, or a stop token that is not one of
-  // the model's end-of-sequence ids (-1: neither, as for the end of sequence).
-  std::string stop_string;
-  int32_t stop_token = -1;
-  std::string error;      // why an "abort" the client did not ask for happened (shutdown, failure)
-  int prompt_tokens = 0;  // totals so far
-  int completion_tokens = 0;
-};
-// Called on the engine thread; must not block (push to a queue and return).
-using OutputFn = std::function<void(RequestOutput&&)>;
 
 class Engine {
  public:
@@ -136,97 +76,70 @@ class Engine {
 
   EngineMetrics metrics() const;  // a snapshot
   // Also adds every round's figures to *m (engine thread; read it when the engine is idle).
-  void collect_spec_metrics(SpecMetrics* m) { spec_metrics_ = m; }
+  void collect_spec_metrics(SpecMetrics* m) { out_->collect_spec_metrics(m); }
   int max_model_len() const { return max_model_len_; }
   int64_t kv_capacity_tokens() const;
   const Model& model() const { return model_; }
   const Tokenizer& tokenizer() const { return tok_; }
-  const SpecConfig* spec() const { return drafter_ ? &spec_ : nullptr; }
+  const SpecConfig* spec() const { return has_drafter_ ? &spec_ : nullptr; }
   bool accepting() const { return accepting_; }
 
  private:
-  struct Seq;
-  void init();
-  bool emit(Seq& s, int32_t token);
-  void finish(Seq& s, const char* reason);
-  void release(Seq& s);
-  // Gives the drafter the rows each of `seqs` holds (one accept_batch), then empties them.
-  void flush_held(std::span<Seq* const> seqs);
-  static constexpr int kHeldRows = 32;
-  // Keeps the export layers of the forward's output row `out_row` (position `pos`) for `s`.
-  void capture_row(Seq& s, const ForwardOutput& out, int out_row, int pos);
-  void export_finished(Seq& s);
-  // Frees the most recently admitted running request and puts it first in the queue, to be
-  // recomputed (vLLM's order).
-  void preempt_newest();
+  // SchedulerHooks, through which the request scheduler reports admissions and releases.
+  class Hooks final : public SchedulerHooks {
+   public:
+    explicit Hooks(Engine& e) : e_(e) {}
+    void admitted(RequestState& r, double now) override;
+    void released(RequestState& r) override;
+
+   private:
+    Engine& e_;
+  };
+  void init(std::unique_ptr<Drafter> own, Drafter* drafter);
+  // New requests and aborts, from other threads.
+  void take_intake();
+  void install_next_drafter();
+  // Hands out pending outputs, frees finished requests; returns whether any request remains.
   bool retire();
   void publish_metrics();
   void fail_all(const std::string& why);
-  double kv_usage() const;
 
   const Model& model_;
   const Tokenizer& tok_;
   EngineOptions opt_;
   int max_model_len_ = 0;
-  // Drafter versions in use: the current one (back) and older ones that running requests still
-  // draft with (freed when their last request ends). drafter_ is the current one's.
-  struct DrafterVersion {
-    std::unique_ptr<Drafter> own;
-    Drafter* d = nullptr;
-    int version = 1;
-    int users = 0;  // requests that hold it
-  };
-  std::vector<std::unique_ptr<DrafterVersion>> drafters_;
-  std::unique_ptr<Drafter> next_drafter_;  // swap_drafter's, installed by the loop (under mu_)
-  int next_version_ = 1;
-  void install_next_drafter();
+  SpecConfig spec_;
   std::unique_ptr<VerifyLengthPolicy> own_policy_;
+  VerifyLengthPolicy* policy_ = nullptr;
   std::unique_ptr<KvCache> own_kv_;
   std::unique_ptr<Forward> own_fwd_;
-  Drafter* drafter_ = nullptr;
-  SpecConfig spec_;
-  VerifyLengthPolicy* policy_ = nullptr;
   KvCache* kv_ = nullptr;
   Forward* fwd_ = nullptr;
-  SpecMetrics* spec_metrics_ = nullptr;
+  // What every drafter version must share with the first (swap_drafter checks it on any thread).
+  bool has_drafter_ = false;
+  SpecMethod drafter_method_{};
+  std::vector<int> drafter_layers_;
+  // The three parts of a step, in this order: the requests (the scheduler's queues) are destroyed
+  // before the drafter versions they hold (the runner's).
+  Hooks hooks_{*this};
+  std::unique_ptr<OutputProcessor> out_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<RequestScheduler> scheduler_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
-  std::vector<std::unique_ptr<Seq>> incoming_;  // submitted, not yet seen by the loop
+  std::vector<std::unique_ptr<RequestState>> incoming_;  // submitted, not yet seen by the loop
   std::vector<uint64_t> aborts_;
-  std::vector<std::unique_ptr<Seq>> waiting_, running_;
+  std::unique_ptr<Drafter> next_drafter_;  // swap_drafter's, installed by the loop (under mu_)
+  int next_version_ = 1;
   EngineMetrics metrics_;  // the published snapshot (under mu_)
-  EngineMetrics live_;     // the engine thread's own copy
-  // Step scratch, reused.
-  Batch batch_;
-  Sampler sampler_;
-  Buffer<float> probs_, gathered_;
-  std::vector<DraftJob> jobs_;
-  std::vector<AcceptJob> accepts_;
-  std::vector<Seq*> flush_rows_;
-  std::vector<const Draft*> draft_ptrs_;
-  std::vector<int> lengths_;
-  std::vector<int> positions_;  // the decoding requests' cached positions (set_contexts)
-  std::vector<int32_t> committed_, tail_rows_, decode_rows_;
-  // Layers every forward taps: the drafter's, then the export layers it lacks; export_slot_[k]:
-  // export layer k's index among them; drafter_taps_: how many of them the drafter reads.
-  std::vector<int> tap_layers_, export_slot_;
-  int drafter_taps_ = 0;
-  std::vector<Seq*> dec_, pre_;
   uint64_t next_handle_ = 1;
   std::atomic<bool> accepting_{true};
   bool stopping_ = false;
-  // Whether waiting_ or running_ hold requests: those belong to the loop's thread; other threads
+  // Whether the scheduler holds requests: those belong to the loop's thread; other threads
   // (idle(), drain()) read this copy, which the loop writes under mu_ after each step.
   bool has_work_ = false;
   std::thread thread_;
 };
-
-// Serves one request alone on `fwd` (generate() and spec_generate()): max_tokens is cut to what
-// fits (finish_reason "length") instead of refused; on_text returning false aborts it.
-GenerateResult run_alone(Forward& fwd, const Tokenizer& tok, std::span<const int32_t> prompt,
-                         const GenerateParams& params, Drafter* drafter, const SpecConfig* spec,
-                         VerifyLengthPolicy* policy, SpecMetrics* metrics,
-                         const TextCallback& on_text);
 
 }  // namespace dspark

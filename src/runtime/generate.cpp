@@ -9,45 +9,6 @@
 
 namespace dspark {
 
-StopStringFilter::StopStringFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  for (const auto& s : stops_) {
-    if (s.empty()) fail("stop strings must not be empty");
-    hold_ = std::max(hold_, s.size() - 1);
-  }
-}
-
-std::string StopStringFilter::push(const std::string& piece) {
-  if (stopped_) return "";
-  pending_ += piece;
-  size_t cut = std::string::npos;
-  for (const auto& s : stops_) {
-    const size_t at = pending_.find(s);
-    if (at < cut) {
-      cut = at;
-      matched_ = s;
-    }
-  }
-  if (cut != std::string::npos) {
-    stopped_ = true;
-    std::string out = pending_.substr(0, cut);
-    pending_.clear();
-    return out;
-  }
-  if (pending_.size() <= hold_) return "";
-  // Keep the last hold_ bytes, but never split a UTF-8 character.
-  size_t emit = pending_.size() - hold_;
-  while (emit > 0 && (uint8_t(pending_[emit]) & 0xC0) == 0x80) --emit;
-  std::string out = pending_.substr(0, emit);
-  pending_.erase(0, emit);
-  return out;
-}
-
-std::string StopStringFilter::flush() {
-  std::string out;
-  out.swap(pending_);
-  return stopped_ ? "" : out;
-}
-
 const float* prefill(Forward& fwd, int seq, std::span<const int32_t> prompt, int chunk) {
   if (prompt.empty()) fail("the prompt is empty");
   Batch b;
@@ -77,7 +38,50 @@ int output_budget(const Forward& fwd, size_t prompt_tokens, const GenerateParams
 
 GenerateResult generate(Forward& fwd, const Tokenizer& tok, std::span<const int32_t> prompt,
                         const GenerateParams& params, const TextCallback& on_text) {
-  return run_alone(fwd, tok, prompt, params, nullptr, nullptr, nullptr, nullptr, on_text);
+  return run_alone(AloneRun{&fwd, &tok, prompt, params, nullptr, nullptr, nullptr, nullptr, on_text});
+}
+
+GenerateResult run_alone(const AloneRun& run) {
+  const GenerateParams& params = run.params;
+  params.sampling.validate();
+  GenerateResult res;
+  res.prompt_tokens = int(run.prompt.size());
+  if (run.prompt.empty()) fail("the prompt is empty");
+  GenerateParams p = params;
+  p.max_tokens = output_budget(*run.fwd, run.prompt.size(), params);
+  res.finish_reason = "length";
+  if (p.max_tokens == 0) return res;
+  EngineOptions opt;
+  opt.max_num_seqs = 1;
+  opt.max_model_len = params.max_model_len;
+  const SpecConfig spec = run.spec ? *run.spec : SpecConfig{};
+  const int K = speculation_length(run.drafter, spec);
+  opt.max_num_batched_tokens = std::max(params.prefill_chunk, K + 1);
+  Engine e(*run.fwd, *run.tok, opt, run.drafter, spec, run.policy);
+  e.collect_spec_metrics(run.metrics);
+  const double t0 = now_seconds();
+  double first = -1;
+  bool stop_asked = false;
+  const uint64_t h =
+      e.submit(EngineRequest{"", std::vector<int32_t>(run.prompt.begin(), run.prompt.end()), p},
+               [&](RequestOutput&& o) {
+                 if (first < 0 && !o.token_ids.empty()) first = now_seconds();
+                 res.tokens.insert(res.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+                 if (!o.text.empty()) {
+                   res.text += o.text;
+                   if (run.on_text && !run.on_text(o.text) && !o.finished) stop_asked = true;
+                 }
+                 if (o.finished) res.finish_reason = o.finish_reason;
+               });
+  while (e.step())
+    if (stop_asked) {
+      e.abort(h);
+      stop_asked = false;
+    }
+  const double end = now_seconds();
+  res.prefill_seconds = (first < 0 ? end : first) - t0;
+  res.decode_seconds = first < 0 ? 0 : end - first;
+  return res;
 }
 
 }  // namespace dspark

@@ -165,7 +165,7 @@ GenerateResult spec_generate(Forward& fwd, const Tokenizer& tok, std::span<const
   if (spec.num_speculative_tokens <= 0 || spec.num_speculative_tokens > drafter.max_draft_tokens())
     fail("speculation length ", spec.num_speculative_tokens, " is outside [1, ",
          drafter.max_draft_tokens(), "]");
-  return run_alone(fwd, tok, prompt, params, &drafter, &spec, &policy, &metrics, on_text);
+  return run_alone(AloneRun{&fwd, &tok, prompt, params, &drafter, &spec, &policy, &metrics, on_text});
 }
 
 }  // namespace dspark

@@ -1,0 +1,355 @@
+#include "runtime/model_runner.h"
+
+#include <malloc.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "spec_decode/verify.h"
+
+namespace dspark {
+
+namespace {
+
+// Random streams of a request: keyed by its seed, the stream kind and the position of the round's
+// anchor, so a draw never depends on what else ran before it or beside it.
+enum StreamKind : uint64_t { kDraftStream = 1, kAcceptStream = 2, kResidualStream = 3 };
+Rng position_rng(uint64_t seed, StreamKind kind, int anchor_pos) {
+  return Rng(seed, uint64_t(anchor_pos) * 4 + kind);
+}
+
+}  // namespace
+
+int speculation_length(const Drafter* drafter, const SpecConfig& spec) {
+  if (!drafter) return 0;
+  return spec.num_speculative_tokens > 0 ? spec.num_speculative_tokens : drafter->max_draft_tokens();
+}
+
+ModelRunner::ModelRunner(Forward& fwd, const EngineOptions& opt, std::unique_ptr<Drafter> own,
+                         Drafter* drafter, const SpecConfig& spec, VerifyLengthPolicy* policy,
+                         OutputProcessor& out)
+    : fwd_(fwd),
+      kv_(fwd.kv()),
+      cfg_(fwd.model().config()),
+      opt_(opt),
+      out_(out),
+      spec_(spec),
+      policy_(policy) {
+  if (own) drafter = own.get();
+  if (drafter) {
+    drafters_.push_back(std::make_unique<DrafterVersion>());
+    drafters_.back()->own = std::move(own);
+    drafter_ = drafters_.back()->d = drafter;
+    tap_layers_ = drafter_->target_layers();
+  }
+  drafter_taps_ = int(tap_layers_.size());
+  for (int l : opt_.export_layers) {
+    if (l < -1 || l >= cfg_.num_layers)
+      fail("hidden-state export: layer ", l, " is outside the target's layers -1 .. ",
+           cfg_.num_layers - 1);
+    auto it = std::find(tap_layers_.begin(), tap_layers_.end(), l);
+    if (it == tap_layers_.end()) it = tap_layers_.insert(tap_layers_.end(), l);
+    export_slot_.push_back(int(it - tap_layers_.begin()));
+  }
+}
+
+void ModelRunner::install_drafter(std::unique_ptr<Drafter> d, int version) {
+  auto v = std::make_unique<DrafterVersion>();
+  v->own = std::move(d);
+  v->d = v->own.get();
+  v->version = version;
+  drafters_.push_back(std::move(v));
+  drafter_ = drafters_.back()->d;
+}
+
+void ModelRunner::free_unused_drafters() {
+  bool freed = false;
+  for (size_t i = 0; i + 1 < drafters_.size();)
+    if (drafters_[i]->users == 0) {
+      drafters_.erase(drafters_.begin() + ptrdiff_t(i));
+      freed = true;
+    } else {
+      ++i;
+    }
+  // A drafter's load allocated its temporaries and state on an HTTP handler thread's arena; what
+  // that left free between live blocks would stay resident, a few MB a reload under an online
+  // trainer's reloads for weeks. Hand the free pages of every arena back (a few ms, once a reload).
+  if (freed) malloc_trim(0);
+}
+
+void ModelRunner::admitted(RequestState& r) {
+  if (!drafter_) return;
+  if (!r.dv) {
+    r.dv = drafters_.back().get();
+    ++r.dv->users;
+  }
+  r.draft_seq = r.dv->d->begin();
+}
+
+void ModelRunner::released(RequestState& r) {
+  if (r.draft_seq >= 0) r.dv->d->end(r.draft_seq);
+  r.draft_seq = -1;
+  r.committed.clear();
+  r.held_feats.clear();
+  r.export_bytes.clear();
+  r.export_rows = 0;
+}
+
+bool ModelRunner::propose(const StepPlan& plan) {
+  const std::vector<RequestState*>& dec = plan.decode;
+  // The policy may judge, from past rounds, that no round with drafts can beat a plain step now.
+  if (policy_ && !dec.empty()) {
+    positions_.clear();
+    for (RequestState* r : dec) positions_.push_back(r->anchor_pos());
+    policy_->set_contexts(positions_);
+  }
+  const bool draft_now = drafter_ && !dec.empty() && policy_->should_draft(int(dec.size()));
+  if (drafter_ && !dec.empty() && !draft_now) ++out_.metrics().spec_plain_steps;
+  if (!draft_now) {
+    for (RequestState* r : dec) {
+      r->draft.clear();
+      r->verify_len = 0;
+    }
+    return false;
+  }
+  const double t0 = now_seconds();
+  for (RequestState* r : dec) r->draft.clear();
+  flush_held(dec);  // the drafter's context must be complete before it drafts
+  for (auto& v : drafters_) {  // one batched pass per drafter version (one but after a reload)
+    jobs_.clear();
+    for (RequestState* r : dec) {
+      if (r->want <= 0 || r->dv != v.get()) continue;
+      const int pos = r->anchor_pos();
+      r->draft_rng = position_rng(r->req.params.sampling.seed, kDraftStream, pos);
+      DraftSampling ds{spec_.draft_sample == DraftSampleMethod::Probabilistic, r->req.params.sampling,
+                       &r->draft_rng};
+      jobs_.push_back(DraftJob{r->draft_seq, r->anchor, pos, r->want, ds, &r->draft});
+    }
+    if (!jobs_.empty()) v->d->propose_batch(jobs_);
+  }
+  draft_ptrs_.clear();
+  int64_t proposed = 0;
+  for (RequestState* r : dec) {
+    proposed += int64_t(r->draft.tokens.size());
+    draft_ptrs_.push_back(&r->draft);
+  }
+  lengths_.assign(dec.size(), 0);
+  policy_->choose(draft_ptrs_, lengths_);
+  const double drafting = now_seconds() - t0;
+  policy_->observe_drafting(drafting);
+  out_.drafting(drafting, proposed);
+  for (size_t i = 0; i < dec.size(); ++i)
+    dec[i]->verify_len = std::clamp(lengths_[i], 0, int(dec[i]->draft.tokens.size()));
+  return true;
+}
+
+// One flat batch. Output rows: prefill rows that are not a prompt's last (taps only), then the
+// last rows of prompts that complete, then every decode row; logits for the last two groups.
+void ModelRunner::build_batch(const StepPlan& plan) {
+  const bool taps = !tap_layers_.empty();  // the drafter's features, the export's, or both
+  batch_.clear();
+  tail_rows_.clear();
+  decode_rows_.clear();
+  for (RequestState* r : plan.prefill) {
+    const bool completes = r->computed + r->chunk == r->target_len;
+    r->out_row = taps ? int(batch_.output_rows.size()) : -1;
+    for (int i = 0; i < r->chunk; ++i) {
+      const int pos = r->computed + i;
+      const bool last = completes && i + 1 == r->chunk;
+      batch_.add(r->token_at(pos), pos, r->kv_seq, false);
+      const int32_t row = int32_t(batch_.size() - 1);
+      if (last)
+        tail_rows_.push_back(row);
+      else if (taps)
+        batch_.output_rows.push_back(row);
+    }
+  }
+  n_head_ = int(batch_.output_rows.size());
+  for (RequestState* r : plan.decode) {
+    const int pos = r->anchor_pos();
+    batch_.add(r->anchor, pos, r->kv_seq, false);
+    decode_rows_.push_back(int32_t(batch_.size() - 1));
+    for (int i = 0; i < r->verify_len; ++i) {
+      batch_.add(r->draft.tokens[size_t(i)], pos + 1 + i, r->kv_seq, false);
+      decode_rows_.push_back(int32_t(batch_.size() - 1));
+    }
+  }
+  batch_.output_rows.insert(batch_.output_rows.end(), tail_rows_.begin(), tail_rows_.end());
+  batch_.output_rows.insert(batch_.output_rows.end(), decode_rows_.begin(), decode_rows_.end());
+}
+
+void ModelRunner::execute(const StepPlan& plan, bool drafted, double t_step) {
+  build_batch(plan);
+  ForwardRequest req;
+  if (!tap_layers_.empty()) req.tap_layers = tap_layers_;
+  req.logits_last = int(tail_rows_.size() + decode_rows_.size());
+  req.logits = req.logits_last > 0;
+  EngineMetrics& m = out_.metrics();
+  const double t_fwd = now_seconds();
+  const ForwardOutput& out = fwd_.run(batch_, req);
+  m.forward_seconds += now_seconds() - t_fwd;
+  ++m.steps;
+  prefill_results(plan, out);
+  verify_and_commit(plan, out);
+  // Backbone drafters (DSpark, DFlash) are given the rows of plain steps when they next draft,
+  // several steps' rows in one pass (8 rows cost about 2.6 single rows on 2 AVX2 cores), or
+  // once kHeldRows are held; the others take them after every step.
+  if (drafter_) {
+    const bool defer =
+        drafter_->method() == SpecMethod::DSpark || drafter_->method() == SpecMethod::DFlash;
+    flush_rows_.clear();
+    for (RequestState* r : plan.decode)
+      if (!r->committed.empty() && (!defer || int(r->committed.size()) >= kHeldRows))
+        flush_rows_.push_back(r);
+    flush_held(flush_rows_);
+  }
+  m.step_seconds += now_seconds() - t_step;
+  if (policy_ && !plan.decode.empty()) {
+    int emitted = 0;
+    for (RequestState* r : plan.decode) emitted += int(r->pending.token_ids.size());
+    policy_->observe_step(int(plan.decode.size()), drafted, emitted, now_seconds() - t_step,
+                          int(decode_rows_.size()), plan.prefill_tokens);
+  }
+  if (SpecMetrics* sm = out_.spec_metrics()) sm->verify_seconds += now_seconds() - t_fwd;
+}
+
+// Prefill results: the drafter's context, and the first token of prompts that completed.
+void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out) {
+  const int V = cfg_.vocab_size;
+  const int width = out.n_taps * out.hidden;       // a row of taps
+  const int dwidth = drafter_taps_ * out.hidden;   // the drafter's features: a row's first floats
+  const bool dtaps = drafter_taps_ > 0;
+  int tail_i = 0;
+  for (RequestState* r : plan.prefill) {
+    const bool completes = r->computed + r->chunk == r->target_len;
+    // Row i of the chunk: the head rows in order, the prompt's last among the tail rows.
+    const int head_rows = completes ? r->chunk - 1 : r->chunk;
+    auto out_row_of = [&](int i) { return i < head_rows ? r->out_row + i : n_head_ + tail_i; };
+    if (r->req.export_hidden)
+      for (int i = 0; i < r->chunk; ++i) capture_row(*r, out, out_row_of(i), r->computed + i);
+    if (drafter_) {
+      const float* feats = nullptr;
+      if (dtaps) {
+        gathered_.resize(size_t(r->chunk) * size_t(dwidth));
+        for (int i = 0; i < r->chunk; ++i)
+          std::memcpy(gathered_.data() + int64_t(i) * dwidth,
+                      out.taps + int64_t(out_row_of(i)) * width, size_t(dwidth) * 4);
+        feats = gathered_.data();
+      }
+      committed_.resize(size_t(r->chunk));
+      for (int i = 0; i < r->chunk; ++i) committed_[size_t(i)] = r->token_at(r->computed + i);
+      r->dv->d->extend(r->draft_seq, committed_, r->computed,
+                       TargetFeatures{feats, dtaps ? r->chunk : 0, dwidth});
+    }
+    if (r->out_tokens.empty()) out_.metrics().prompt_tokens += r->chunk;
+    r->computed += r->chunk;
+    if (!completes) continue;
+    const int out_row = n_head_ + tail_i++;
+    r->decoding = true;
+    if (r->out_tokens.empty()) {
+      Rng rng = position_rng(r->req.params.sampling.seed, kResidualStream, r->target_len - 1);
+      const int32_t tok = sampler_.sample(out.logits_row(out_row), V, r->req.params.sampling, rng);
+      out_.first_token(*r, now_seconds());
+      if (out_.emit(*r, tok)) r->anchor = tok;
+    } else {
+      r->anchor = r->out_tokens.back();  // recomputed after preemption: already emitted
+    }
+  }
+}
+
+// Verifies every decoding request, commits, holds the drafter's new rows.
+void ModelRunner::verify_and_commit(const StepPlan& plan, const ForwardOutput& out) {
+  const int V = cfg_.vocab_size;
+  const int width = out.n_taps * out.hidden;
+  const int dwidth = drafter_taps_ * out.hidden;
+  const bool dtaps = drafter_taps_ > 0;
+  int row = n_head_ + int(tail_rows_.size());
+  for (RequestState* r : plan.decode) {
+    const int pos = r->anchor_pos();
+    const int l = r->verify_len;
+    const int r0 = row;
+    row += 1 + l;
+    const SamplingParams& sp = r->req.params.sampling;
+    VerifyResult vr;
+    const std::span<const int32_t> drafts(r->draft.tokens.data(), size_t(l));
+    if (!drafter_) {
+      Rng rng = position_rng(sp.seed, kResidualStream, pos);
+      vr.next_token = sampler_.sample(out.logits_row(r0), V, sp, rng);
+    } else if (sp.greedy()) {
+      vr = verify_greedy_logits(drafts, out.logits_row(r0), V, V);
+    } else {
+      probs_.resize(size_t(V) * size_t(l + 1));
+      for (int i = 0; i <= l; ++i)
+        sampler_.dense(out.logits_row(r0 + i), V, sp, probs_.data() + int64_t(i) * V);
+      Rng accept = position_rng(sp.seed, kAcceptStream, pos),
+          residual = position_rng(sp.seed, kResidualStream, pos);
+      const VerifyInput vin{V, drafts, r->draft.q.empty() ? nullptr : r->draft.q.data(),
+                            probs_.data()};
+      vr = verify(spec_.rejection, false, vin, VerifyRng{&accept, &residual});
+    }
+    if (drafter_) out_.round(*r, l, vr.accepted);
+    kv_.truncate(r->kv_seq, pos + vr.accepted + 1);
+    bool go = true;
+    const size_t out_before = r->out_tokens.size();
+    for (int i = 0; i < vr.accepted && go; ++i) go = out_.emit(*r, r->draft.tokens[size_t(i)]);
+    if (go) go = out_.emit(*r, vr.next_token);
+    if (r->req.export_hidden)  // the rows of the emitted tokens' inputs: the anchor, then drafts
+      for (int i = 0; i < int(r->out_tokens.size() - out_before); ++i)
+        capture_row(*r, out, r0 + i, pos + i);
+    if (go && drafter_) {  // held for the drafter, then given to it for many requests at once
+      if (r->committed.empty()) r->held_pos = pos;
+      r->committed.push_back(r->anchor);
+      r->committed.insert(r->committed.end(), r->draft.tokens.begin(),
+                          r->draft.tokens.begin() + vr.accepted);
+      r->held_width = dtaps ? dwidth : 0;
+      if (dtaps)
+        for (int i = 0; i <= vr.accepted; ++i) {
+          const float* f = out.taps + int64_t(r0 + i) * width;
+          r->held_feats.insert(r->held_feats.end(), f, f + dwidth);
+        }
+    }
+    if (go) {
+      r->anchor = vr.next_token;
+      r->computed = pos + vr.accepted + 1;
+    }
+  }
+}
+
+void ModelRunner::flush_held(std::span<RequestState* const> rs) {
+  for (auto& v : drafters_) {
+    accepts_.clear();
+    for (RequestState* r : rs) {
+      if (r->committed.empty() || r->draft_seq < 0 || r->dv != v.get()) continue;
+      const int rows = int(r->committed.size());
+      const TargetFeatures f{r->held_width ? r->held_feats.data() : nullptr,
+                             r->held_width ? rows : 0, r->held_width};
+      accepts_.push_back(AcceptJob{r->draft_seq, r->committed, r->held_pos, f});
+    }
+    if (!accepts_.empty()) v->d->accept_batch(accepts_);
+  }
+  for (RequestState* r : rs) {
+    r->committed.clear();
+    r->held_feats.clear();
+  }
+}
+
+void ModelRunner::capture_row(RequestState& r, const ForwardOutput& out, int out_row, int pos) {
+  if (pos != r.export_rows) return;  // kept already (or out of order: export_finished reports it)
+  const int H = out.hidden;
+  const size_t per = opt_.export_bf16 ? 2 : 4, n = export_slot_.size() * size_t(H);
+  const size_t at = r.export_bytes.size();
+  r.export_bytes.resize(at + n * per);
+  char* dst = r.export_bytes.data() + at;
+  for (size_t k = 0; k < export_slot_.size(); ++k) {
+    const float* src = out.tap(out_row, export_slot_[k]);
+    if (opt_.export_bf16)
+      convert_f32_to_bf16(src, reinterpret_cast<uint16_t*>(dst) + k * size_t(H), size_t(H));
+    else
+      std::memcpy(dst + k * size_t(H) * 4, src, size_t(H) * 4);
+  }
+  ++r.export_rows;
+}
+
+}  // namespace dspark

@@ -1,0 +1,91 @@
+// The model runner: carries out a step's plan. It drafts for the decoding requests in one
+// batched pass per drafter version, lets the verification-length policy choose how many drafts
+// each verifies, builds one flat batch (prompt chunks, then every anchor with its drafts), runs
+// the target forward, samples first tokens, verifies drafts and commits what survived, and feeds
+// the drafter its context. It holds no queues: requests come from the plan, tokens go to the
+// output processor. Engine thread only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "core/buffer.h"
+#include "model/forward.h"
+#include "runtime/engine_options.h"
+#include "runtime/output_processor.h"
+#include "runtime/request_scheduler.h"
+#include "runtime/request_state.h"
+#include "sample/sampler.h"
+#include "spec_decode/drafter.h"
+#include "spec_decode/length_policy.h"
+#include "spec_decode/spec_config.h"
+
+namespace dspark {
+
+// Drafts a round verifies at most: the config's num_speculative_tokens, else the drafter's block.
+int speculation_length(const Drafter* drafter, const SpecConfig& spec);
+
+class ModelRunner {
+ public:
+  // `drafter` (null: plain decoding) is version 1; `policy` chooses verification lengths (needed
+  // with a drafter); `spec` has num_speculative_tokens resolved. Checks the export layers.
+  ModelRunner(Forward& fwd, const EngineOptions& opt, std::unique_ptr<Drafter> own, Drafter* drafter,
+              const SpecConfig& spec, VerifyLengthPolicy* policy, OutputProcessor& out);
+
+  // The drafter new requests get (null without one).
+  Drafter* drafter() const { return drafter_; }
+  int drafts_per_round() const { return drafter_ ? spec_.num_speculative_tokens : 0; }
+  // Hot reload: `d` becomes the current version; older versions go once no request holds them.
+  void install_drafter(std::unique_ptr<Drafter> d, int version);
+  void free_unused_drafters();
+
+  // A request got its place (again): it drafts with the version it was first admitted with.
+  void admitted(RequestState& r);
+  // A request lost its place: its drafter state, held rows and captured hidden states go.
+  void released(RequestState& r);
+
+  // Drafts for the plan's decoding requests and sets each one's verify_len. Returns whether it
+  // drafted (the policy may judge a plain step faster).
+  bool propose(const StepPlan& plan);
+  // The target forward over the plan's batch, then first tokens, verification and commits.
+  void execute(const StepPlan& plan, bool drafted, double t_step);
+
+ private:
+  void build_batch(const StepPlan& plan);
+  void prefill_results(const StepPlan& plan, const ForwardOutput& out);
+  void verify_and_commit(const StepPlan& plan, const ForwardOutput& out);
+  // Gives the drafter the rows each of `rs` holds (one accept_batch per version), then empties them.
+  void flush_held(std::span<RequestState* const> rs);
+  static constexpr int kHeldRows = 32;
+  // Keeps the export layers of the forward's output row `out_row` (position `pos`) for `r`.
+  void capture_row(RequestState& r, const ForwardOutput& out, int out_row, int pos);
+
+  Forward& fwd_;
+  KvCache& kv_;
+  const ModelConfig& cfg_;
+  const EngineOptions& opt_;
+  OutputProcessor& out_;
+  std::vector<std::unique_ptr<DrafterVersion>> drafters_;  // the current one last
+  Drafter* drafter_ = nullptr;
+  SpecConfig spec_;
+  VerifyLengthPolicy* policy_ = nullptr;
+  // Layers every forward taps: the drafter's, then the export layers it lacks; export_slot_[k]:
+  // export layer k's index among them; drafter_taps_: how many of them the drafter reads.
+  std::vector<int> tap_layers_, export_slot_;
+  int drafter_taps_ = 0;
+  // Step scratch, reused.
+  Batch batch_;
+  Sampler sampler_;
+  Buffer<float> probs_, gathered_;
+  std::vector<DraftJob> jobs_;
+  std::vector<AcceptJob> accepts_;
+  std::vector<RequestState*> flush_rows_;
+  std::vector<const Draft*> draft_ptrs_;
+  std::vector<int> lengths_, positions_;
+  std::vector<int32_t> committed_, tail_rows_, decode_rows_;
+  int n_head_ = 0;  // this step's output rows before the prompts' last rows
+};
+
+}  // namespace dspark

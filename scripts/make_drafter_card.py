@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the demo drafters' results (a model card and docs/drafters.md) from the outputs of
+"""Writes the demo drafters' results (a model card, and with --docs a comparison page) from the outputs of
 scripts/train-demo-drafters.sh. A reporting tool, not part of dspark: it only reads JSON files.
 
-Usage: make_drafter_card.py --work WORK --card models/demo-dspark/README.md --docs docs/drafters.md
+Usage: make_drafter_card.py --work WORK --card models/demo-dspark/README.md [--docs WORK/drafters.md]
                             [--loss-svg models/demo-dspark/loss.svg]
 """
 import argparse
@@ -79,7 +79,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--work", required=True)
     ap.add_argument("--card", required=True)
-    ap.add_argument("--docs", required=True)
+    ap.add_argument("--docs", help="also write the comparison page here (docs/drafters.md is the reference page, "
+                    "kept by hand: copy the tables that change from this one)")
     ap.add_argument("--loss-svg")
     ap.add_argument("--notes", help="a Markdown file appended to both documents (observations on this run)")
     args = ap.parse_args()
@@ -279,12 +280,14 @@ On a CPU with AVX512-BF16, `"quantization": "int8"` in that JSON runs the drafte
 
 Reproduce (training took """ + ", ".join(f"{times[m] / 60:.0f} min for {m}" for m in METHODS if m in times) + """
 on 2 cores, after the target): `""" + reproduce + """`""" + (" (this directory is\n`WORK/dspark_vocab/drafter`)" if vocab else "") + """, then
-`scripts/make_drafter_card.py --work WORK --card models/demo-dspark/README.md --docs docs/drafters.md
+`scripts/make_drafter_card.py --work WORK --card models/demo-dspark/README.md --docs WORK/drafters.md
 --loss-svg models/demo-dspark/loss.svg --notes NOTES.md`.
 
 ![loss](loss.svg)
 
 """ + common)
+    if not args.docs:
+        return
     with open(args.docs, "w") as f:
         f.write("""# Demo drafters: DSpark against DFlash and EAGLE-3
 

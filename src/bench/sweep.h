@@ -1,5 +1,5 @@
 // The concurrency sweep of `dspark bench serve --sweep`: for each serving configuration (plain
-// decoding, DSpark with full blocks, DSpark with the adaptive scheduler, by default) a server is
+// decoding, DSpark with full blocks, DSpark with the adaptive verification length, by default) a server is
 // started (or a given one is used) and every concurrency is run against it, in one process, so
 // that all points are measured side by side. Then the ratios the serving goals are stated in.
 #pragma once

@@ -1,6 +1,6 @@
 // dspark bench serve: streaming OpenAI requests against a running server (--base-url) or one it
 // starts (--model), timed as `vllm bench serve` times them; --sweep runs the concurrency sweep of
-// plain decoding, DSpark with full blocks and DSpark with the adaptive scheduler.
+// plain decoding, DSpark with full blocks and DSpark with the adaptive verification length.
 #include "cli/bench_serve.h"
 
 #include <signal.h>

@@ -14,7 +14,7 @@
 #include "server/hidden_export.h"
 #include "server/http_server.h"
 #include "spec_decode/drafter.h"
-#include "spec_decode/length_policy.h"
+#include "spec_decode/verify_length.h"
 
 namespace dspark {
 

@@ -12,13 +12,13 @@
 #include <iostream>
 #include <memory>
 
-#include "bench/load_run.h"
-#include "bench/report.h"
-#include "bench/server_process.h"
-#include "bench/svg_plot.h"
-#include "bench/sweep.h"
 #include "cli/args.h"
 #include "cli/bench_prompts.h"
+#include "client/load_run.h"
+#include "client/report.h"
+#include "client/server_process.h"
+#include "client/svg_plot.h"
+#include "client/sweep.h"
 #include "core/error.h"
 #include "spec_decode/spec_config.h"
 

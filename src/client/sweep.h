@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/load_run.h"
-#include "bench/server_process.h"
-#include "bench/svg_plot.h"
+#include "client/load_run.h"
+#include "client/server_process.h"
+#include "client/svg_plot.h"
 
 namespace dspark {
 

@@ -12,7 +12,6 @@
 #include <iostream>
 #include <memory>
 
-#include "cli/args.h"
 #include "cli/bench_prompts.h"
 #include "client/load_run.h"
 #include "client/report.h"
@@ -20,6 +19,7 @@
 #include "client/svg_plot.h"
 #include "client/sweep.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "spec_decode/spec_config.h"
 
 namespace dspark {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Per-category speculative decoding figures of one drafter on Spec-Bench (13 categories) and
 # MT-Bench (8), read from ../shared/data (never copied into the repository), in one run so that
-# the rows compare: full blocks at T=0, the prefix scheduler at T=0 and at T=1. Then the markdown
-# table of docs/drafters.md (scripts/spec_bench_table.py).
+# the rows compare: full blocks at T=0, the prefix length policy (adaptive verification) at T=0
+# and at T=1. Then the markdown table of docs/drafters.md (scripts/spec_bench_table.py).
 #
 #   scripts/bench-spec-bench.sh OUT_DIR [DRAFTER_DIR] [TARGET_DIR]
 #     defaults: models/demo-dspark, models/demo

@@ -46,7 +46,7 @@ def train_log(work, method):
     return rows
 
 
-LABELS = {"dspark_sched": "dspark + scheduler", "dspark_vocab": "dspark, draft vocabulary"}
+LABELS = {"dspark_sched": "dspark + adaptive", "dspark_vocab": "dspark, draft vocabulary"}
 WORDS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 
 
@@ -143,9 +143,9 @@ def main():
             rows.append(f"| {temp} | {verified[('dspark', temp)]:.2f} -> {verified[('dspark_sched', temp)]:.2f} | "
                         f"{acc[('dspark', temp)]:.2f} -> {acc[('dspark_sched', temp)]:.2f} | "
                         f"{spd[('dspark', temp)]:.2f}x -> {spd[('dspark_sched', temp)]:.2f}x |")
-        sched_md = ("\n\n`dspark + scheduler` is the same DSpark drafter with `\"enable_adaptive_verification\": true`: "
-                    "the prefix scheduler (Algorithm 1) chooses each round's length from the calibrated "
-                    "confidences and the cost curve it profiles at load. Full block -> scheduler, means over "
+        sched_md = ("\n\n`dspark + adaptive` is the same DSpark drafter with `\"enable_adaptive_verification\": true`: "
+                    "the prefix length policy (Algorithm 1) chooses each round's length from the calibrated "
+                    "confidences and the cost curve it profiles at load. Full block -> adaptive, means over "
                     "the domains:\n\n" + "\n".join(rows))
     cost = {m: bench(w, m, 0, "math") for m in METHODS}
     counts = sorted({bench(w, m, t, d)["prompts"] for m in METHODS for t in (0, 1) for d in DOMAINS

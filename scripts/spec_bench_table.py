@@ -3,7 +3,7 @@
 outputs (Spec-Bench or MT-Bench). A reporting tool, not part of dspark: it only reads JSON files.
 
 Usage: spec_bench_table.py [--tau] LABEL=FILE.json [LABEL=FILE.json ...]
-  For each file: a row of tokens per round and a row of speedups (and, when the scheduler chose
+  For each file: a row of tokens per round and a row of speedups (and, when the length policy chose
   lengths, a row of the mean drafts verified per round), with the unweighted mean over categories.
   --tau: the DSpark paper's Table 1 layout instead: one row per file with its accepted length tau
   (tokens per round, the bonus included) per category and the mean, then the last file's mean

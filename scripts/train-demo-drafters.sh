@@ -4,7 +4,7 @@
 # METHODS=dspark ALL_PROMPTS_T1=0 (the same recipe, three times the steps). Stages: response
 # regeneration -> hidden-state extraction -> drafters trained on the same data with the same budget
 # and depth -> STS calibration of the DSpark drafter -> per-domain benchmarks
-# (every drafter verifying full blocks, and DSpark with the prefix scheduler) -> f32 exactness.
+# (every drafter verifying full blocks, and DSpark with the prefix length policy) -> f32 exactness.
 #
 #   scripts/train-demo-drafters.sh [WORK_DIR] [TARGET_DIR] [CORPUS_DIR]
 #     defaults: build/demo-drafters, models/demo, build/demo-target/corpus
@@ -98,10 +98,10 @@ if [ "$VOCAB" -gt 0 ] && [ ! -f "$WORK/dspark_vocab/drafter/config.json" ]; then
 fi
 
 # 5. Accepted length and speedup per domain on the corpus' held-out prompts, at T=0 and T=1: every
-#    drafter verifying full blocks, then DSpark again with the hardware-aware prefix scheduler
+#    drafter verifying full blocks, then DSpark again with the hardware-aware prefix length policy
 #    choosing each round's length (its cost curve profiled on this machine at load), "dspark_sched".
 # bench_run RUN TEMP LIMIT OUT_DIR: the five domains for one run (a method, or dspark_sched).
-# Runs: a method, dspark_sched (its scheduler), dspark_vocab (the drafter of step 4b).
+# Runs: a method, dspark_sched (adaptive verification), dspark_vocab (the drafter of step 4b).
 bench_run() {
   local run=$1 temp=$2 limit=$3 dir=$4 method=${1%_sched} extra="" domain out
   method=${method%_vocab}

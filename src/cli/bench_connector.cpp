@@ -9,10 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
-#include "cli/args.h"
 #include "cli/bench_connector.h"
 #include "connector/hidden_states_store.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "core/timer.h"
 
 namespace dspark {

@@ -1,6 +1,6 @@
 // dspark bench serve: streaming OpenAI requests against a running server (--base-url) or one it
 // starts (--model), timed as `vllm bench serve` times them; --sweep runs the concurrency sweep of
-// plain decoding, DSpark with full blocks and DSpark with the adaptive scheduler.
+// plain decoding, DSpark with full blocks and DSpark with the adaptive verification length.
 #include "cli/bench_serve.h"
 
 #include <signal.h>
@@ -12,14 +12,14 @@
 #include <iostream>
 #include <memory>
 
-#include "bench/load_run.h"
-#include "bench/report.h"
-#include "bench/server_process.h"
-#include "bench/svg_plot.h"
-#include "bench/sweep.h"
-#include "cli/args.h"
 #include "cli/bench_prompts.h"
+#include "client/load_run.h"
+#include "client/report.h"
+#include "client/server_process.h"
+#include "client/svg_plot.h"
+#include "client/sweep.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "spec_decode/spec_config.h"
 
 namespace dspark {

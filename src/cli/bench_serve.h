@@ -1,4 +1,4 @@
-// `dspark bench serve`: the serving benchmark client (src/bench) as a command.
+// `dspark bench serve`: the HTTP client's load runs and sweep (src/client) as a command.
 #pragma once
 
 namespace dspark {

@@ -64,7 +64,7 @@ json summary(const Group& g, const SpecBenchSetup& s) {
   const double spec_tps = double(g.spec_tokens) / std::max(g.spec_s, 1e-9);
   const double step_ms = 1e3 * g.plain_s / double(std::max<int64_t>(g.plain_tokens, 1));
   // Per round that drafted (each proposes K drafts; plain steps draft nothing), not per round:
-  // when the scheduler runs most steps plain, a mean over every round would hide the cost.
+  // when the length policy runs most steps plain, a mean over every round would hide the cost.
   const int K = std::max(1, s.num_speculative_tokens);
   const int64_t drafting_rounds = std::max<int64_t>(1, (g.m.proposed + K - 1) / K);
   const double draft_ms = 1e3 * g.m.draft_seconds / double(drafting_rounds);

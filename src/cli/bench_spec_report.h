@@ -1,5 +1,5 @@
 // `dspark bench spec`'s report: the figures per category, their mean over categories and the
-// pooled run, the histogram of the verification lengths the scheduler chose, and the per-prompt
+// pooled run, the histogram of the verification lengths the policy chose, and the per-prompt
 // outputs file (--outputs).
 #pragma once
 
@@ -37,7 +37,7 @@ inline constexpr const char* kSampledIdenticalReason =
     "the chi-square tests (tests/spec_decode, SpecLossless.*)";
 
 // Rounds that verified l drafts, l = 0..K, from SpecMetrics::verified_at (the rounds that
-// verified more than i drafts): counts[0] are the plain steps, where the scheduler verified no
+// verified more than i drafts): counts[0] are the plain steps, where the policy verified no
 // draft (it skipped drafting, or chose length 0). Sums to m.rounds; sum of l * counts[l] is
 // m.drafted.
 std::vector<int64_t> verify_length_hist(const SpecMetrics& m, int K);

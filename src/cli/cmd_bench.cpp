@@ -24,7 +24,7 @@
 #include "runtime/spec_generate.h"
 #include "runtime/step_profile.h"
 #include "spec_decode/drafter.h"
-#include "spec_decode/length_policy.h"
+#include "spec_decode/verify_length.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {
@@ -42,8 +42,8 @@ int bench_step(int argc, char** argv) {
       .flag("prefill-tokens", "prompt length for the prefill measurement (0: skip)", true, "512")
       .flag("gemm", "matrix backend: auto, avx2, avx512bf16, onednn, reference", true, "auto")
       .flag("json", "print JSON", false)
-      .flag("sps-out", "also write this machine's SPS(B) curve for the scheduler to FILE (use it as "
-                       "\"dspark_sps_curve\": \"FILE\" in dspark serve's speculative config)")
+      .flag("sps-out", "also write this machine's SPS(B) curve for the adaptive verification length to FILE "
+                       "(use it as \"dspark_sps_curve\": \"FILE\" in dspark serve's speculative config)")
       .flag("num-speculative-tokens", "with --sps-out: the K the curve is for (1..K+1 profiled densely)", true, "8")
       .flag("max-step-tokens", "with --sps-out: the largest step B, as dspark serve's --max-num-batched-tokens "
                                "(profiled up to 512 tokens, extrapolated beyond)", true, "2048");
@@ -52,8 +52,8 @@ int bench_step(int argc, char** argv) {
   if (args.help_requested()) {
     std::cout << args.usage("bench step",
                             "Latency of one target forward for batch x tokens-per-sequence at several contexts\n"
-                            "(the SPS(B) curve the scheduler uses), prefill tok/s, and the decode step's\n"
-                            "weight-streaming rate against the measured DRAM read bandwidth.");
+                            "(the SPS(B) curve the adaptive verification length uses), prefill tok/s, and the\n"
+                            "decode step's weight-streaming rate against the measured DRAM read bandwidth.");
     return 0;
   }
   const DType dtype = apply_runtime_flags(args);
@@ -241,7 +241,7 @@ int bench_spec(int argc, char** argv) {
   setup.num_speculative_tokens = spec.num_speculative_tokens;
   setup.temperature = gp.sampling.temperature;
   setup.sampled = !gp.sampling.greedy();
-  setup.verify_lengths = spec.adaptive_verification      ? "adaptive (prefix scheduler)"
+  setup.verify_lengths = spec.adaptive_verification      ? "adaptive (prefix length policy)"
                          : spec.confidence_threshold > 0 ? "confidence threshold"
                                                          : "full block";
   setup.dtype = dtype_name(dtype);
@@ -265,7 +265,7 @@ int bench_spec(int argc, char** argv) {
   if (!prompts.empty()) {
     // Warm-up, untimed: the first prompt once each way, so that one-off costs (the first touch of
     // the target's and the drafter's KV pages, about 0.15 s on the demo target) land in neither
-    // side's figures. The prefix scheduler may learn from this run's drafting time; it would from
+    // side's figures. The prefix length policy may learn from this run's drafting time; it would from
     // the first timed prompt anyway.
     const std::vector<int32_t>& ids = encoded[0];
     GenerateParams wp = gp;

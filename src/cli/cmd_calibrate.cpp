@@ -14,7 +14,7 @@
 #include "runtime/spec_generate.h"
 #include "spec_decode/calibration.h"
 #include "spec_decode/drafter.h"
-#include "spec_decode/length_policy.h"
+#include "spec_decode/verify_length.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {

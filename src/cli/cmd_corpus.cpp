@@ -3,9 +3,9 @@
 #include <string>
 #include <vector>
 
-#include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "data/corpus.h"
 #include "data/text_util.h"
 #include "data/tokenize_corpus.h"

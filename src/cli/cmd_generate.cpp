@@ -12,7 +12,7 @@
 #include "runtime/generate.h"
 #include "runtime/spec_generate.h"
 #include "spec_decode/drafter.h"
-#include "spec_decode/length_policy.h"
+#include "spec_decode/verify_length.h"
 
 namespace dspark {
 

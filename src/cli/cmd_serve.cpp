@@ -14,12 +14,15 @@
 #include "server/hidden_export.h"
 #include "server/http_server.h"
 #include "spec_decode/drafter.h"
-#include "spec_decode/length_policy.h"
+#include "spec_decode/verify_length.h"
 
 namespace dspark {
 
-int cmd_serve(int argc, char** argv) {
-  Args args;
+namespace {
+
+// cmd_serve's steps, in the order it runs them.
+
+void add_serve_flags(Args& args) {
   args.flag("model", "model directory (config.json, model.safetensors, tokenizer.json)", true,
             "models/demo")
       .flag("speculative-config",
@@ -48,17 +51,10 @@ int cmd_serve(int argc, char** argv) {
             "step per arrival). Default: prompt chunks share each step with the decoding rounds",
             false);
   add_runtime_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage(
-        "serve",
-        "Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
-        "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics).");
-    return 0;
-  }
-  const DType dtype = apply_runtime_flags(args);
-  const std::string dir = args.str("model");
+}
 
+// The HTTP server's options from the flags (model `dir`).
+ServerOptions server_options(const Args& args, const std::string& dir) {
   ServerOptions so;
   so.host = args.str("host");
   if (so.host.empty()) fail("flag --host must not be empty");
@@ -72,13 +68,71 @@ int cmd_serve(int argc, char** argv) {
   so.model_root = dir;
   so.max_body_bytes = size_t(args.integer("max-body-mib", 1, 4096)) << 20;
   so.idle_timeout_s = int(args.integer("idle-timeout", 1, 3600));
+  return so;
+}
 
+// The engine's options from the flags; the KV cache's size is set once the model is loaded
+// (set_kv_cache_size).
+EngineOptions engine_options(const Args& args, DType dtype) {
   EngineOptions eo;
   eo.max_num_seqs = int(args.integer("max-num-seqs", 1, 4096));
   eo.max_num_batched_tokens = int(args.integer("max-num-batched-tokens", 1, 1 << 20));
   eo.max_model_len = int(args.integer("max-model-len", 0, kFlagIntMax));
   eo.kv_dtype = dtype;  // as `dspark generate`: the KV cache holds the weights' precision
   eo.prefill_first = args.on("prefill-first");
+  return eo;
+}
+
+// --kv-cache-memory GiB as KV positions of this model.
+void set_kv_cache_size(EngineOptions& eo, double kv_gib, const ModelConfig& cfg, DType dtype, const Args& args) {
+  // K and V of every layer for one position.
+  const double per_token =
+      double(KvCache::bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype));
+  eo.kv_tokens = int64_t(std::floor(kv_gib * double(1 << 30) / per_token));
+  if (eo.kv_tokens < kKvBlock)
+    fail("flag --kv-cache-memory ", args.str("kv-cache-memory"), " GiB holds fewer than ",
+         kKvBlock, " positions of this model");
+}
+
+// The hidden-state export of --kv-transfer-config, wired into the engine's and the server's
+// options. Which layers: the config's, extract_hidden_states' aux ids, or the drafter's own plus L
+// (export while speculating: the drafter's taps are computed anyway).
+std::unique_ptr<HiddenExportSink> make_exports(const KvTransferConfig& kvt, const std::vector<int>& aux_layers,
+                                               const Drafter* drafter, const ModelConfig& cfg, DType dtype,
+                                               EngineOptions& eo, ServerOptions& so) {
+  std::vector<int> ids = !kvt.layer_ids.empty() ? kvt.layer_ids : aux_layers;
+  if (ids.empty()) {
+    if (!drafter || drafter->target_layers().empty())
+      fail("flag --kv-transfer-config: give kv_connector_extra_config.layer_ids (vLLM's ids), or "
+           "serve with a DSpark, DFlash or EAGLE-3 drafter (its layers are exported) or with "
+           "method extract_hidden_states");
+    ids = default_export_layers(drafter->target_layers(), cfg.num_layers);
+  }
+  auto exports = std::make_unique<HiddenExportSink>(kvt, ids, cfg.num_layers);
+  eo.export_layers = exports->engine_layers();
+  eo.export_bf16 = dtype != DType::F32;
+  eo.on_export = [sink = exports.get()](HiddenExport&& e) { sink->on_export(std::move(e)); };
+  so.exports = exports.get();
+  return exports;
+}
+
+}  // namespace
+
+int cmd_serve(int argc, char** argv) {
+  Args args;
+  add_serve_flags(args);
+  args.parse(argc, argv);
+  if (args.help_requested()) {
+    std::cout << args.usage(
+        "serve",
+        "Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
+        "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics).");
+    return 0;
+  }
+  const DType dtype = apply_runtime_flags(args);
+  const std::string dir = args.str("model");
+  ServerOptions so = server_options(args, dir);
+  EngineOptions eo = engine_options(args, dtype);
   std::optional<double> kv_gib;
   if (args.opt("kv-cache-memory")) kv_gib = args.number("kv-cache-memory", 1.0 / 1024, 1 << 20);
 
@@ -100,15 +154,7 @@ int cmd_serve(int argc, char** argv) {
   auto model = Model::load(dir, LoadOptions{dtype});
   const ModelConfig& cfg = model->config();
   check_tokenizer_vocab(*tok, cfg, dir);
-  if (kv_gib) {
-    // K and V of every layer for one position.
-    const double per_token =
-        double(KvCache::bytes_per_token(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype));
-    eo.kv_tokens = int64_t(std::floor(*kv_gib * double(1 << 30) / per_token));
-    if (eo.kv_tokens < kKvBlock)
-      fail("flag --kv-cache-memory ", args.str("kv-cache-memory"), " GiB holds fewer than ",
-           kKvBlock, " positions of this model");
-  }
+  if (kv_gib) set_kv_cache_size(eo, *kv_gib, cfg, dtype, args);
 
   std::unique_ptr<Drafter> drafter;
   std::unique_ptr<VerifyLengthPolicy> policy;
@@ -118,23 +164,7 @@ int cmd_serve(int argc, char** argv) {
     policy = make_verify_policy(*spec, *model, dtype, eo.max_num_batched_tokens);
   }
   std::unique_ptr<HiddenExportSink> exports;
-  if (kvt) {
-    // Which layers: the config's, extract_hidden_states' aux ids, or the drafter's own plus L
-    // (export while speculating: the drafter's taps are computed anyway).
-    std::vector<int> ids = !kvt->layer_ids.empty() ? kvt->layer_ids : aux_layers;
-    if (ids.empty()) {
-      if (!drafter || drafter->target_layers().empty())
-        fail("flag --kv-transfer-config: give kv_connector_extra_config.layer_ids (vLLM's ids), or "
-             "serve with a DSpark, DFlash or EAGLE-3 drafter (its layers are exported) or with "
-             "method extract_hidden_states");
-      ids = default_export_layers(drafter->target_layers(), cfg.num_layers);
-    }
-    exports = std::make_unique<HiddenExportSink>(*kvt, ids, cfg.num_layers);
-    eo.export_layers = exports->engine_layers();
-    eo.export_bf16 = dtype != DType::F32;
-    eo.on_export = [sink = exports.get()](HiddenExport&& e) { sink->on_export(std::move(e)); };
-    so.exports = exports.get();
-  }
+  if (kvt) exports = make_exports(*kvt, aux_layers, drafter.get(), cfg, dtype, eo, so);
   Engine engine(*model, *tok, eo, std::move(drafter), spec.value_or(SpecConfig{}),
                 std::move(policy));
   engine.start();

@@ -8,9 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {

@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/args.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "core/mmap_file.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"

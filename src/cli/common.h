@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "cli/args.h"
+#include "core/flags.h"
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "sample/sampler.h"

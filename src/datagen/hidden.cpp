@@ -158,14 +158,9 @@ bool file_matches(const json& e, int64_t i, const std::string& out_dir, int shar
   }
 }
 
-}  // namespace
+// extract_hidden's steps, in the order it runs them.
 
-HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, const std::string& out_dir,
-                           const HiddenOptions& opt) {
-  const double t_start = now_seconds();
-  auto log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "datagen hidden: %s\n", s.c_str()); };
-  const ModelConfig& c = model.config();
-  const int64_t H = c.hidden_size;
+void check_hidden_options(const ModelConfig& c, const HiddenOptions& opt) {
   if (opt.layer_ids.empty()) fail("no target layers to store (give --layers or --drafter)");
   for (size_t i = 0; i < opt.layer_ids.size(); ++i) {
     const int l = opt.layer_ids[i];
@@ -175,14 +170,12 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
   }
   if (opt.shard_size < 1) fail("shard size must be at least 1");
   if (opt.max_batch_tokens < 1) fail("max_batch_tokens must be at least 1");
-  const int n_layers = int(opt.layer_ids.size());
-  const int slots = n_layers + 1;
+}
 
-  RegenFile regen = read_regen_file(regen_jsonl);
-  if (regen.truncated_tail) log("warning: " + regen_jsonl + " ends in a partial line; it is left out");
-  const auto& records = regen.records;
-  // The engine's length rule: a sequence of T tokens needs T <= max_model_len (the positions the
-  // target was trained for); past it the hidden states are garbage a drafter would learn from.
+// The engine's length rule: a sequence of T tokens needs T <= max_model_len (the positions the
+// target was trained for); past it the hidden states are garbage a drafter would learn from. And
+// every token inside the target's vocabulary.
+void check_records(const std::vector<RegenRecord>& records, const std::string& regen_jsonl, const ModelConfig& c) {
   const int max_model_len = resolve_max_model_len(c, 0);
   for (size_t i = 0; i < records.size(); ++i) {
     const int64_t T = int64_t(records[i].input_ids.size());
@@ -194,88 +187,144 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
         fail(regen_jsonl, ": record ", i, " (id ", records[i].id, ") holds token ", t, ", outside the target's vocabulary (",
              c.vocab_size, ")");
   }
-  const int64_t n = opt.limit < 0 ? int64_t(records.size()) : std::min<int64_t>(opt.limit, int64_t(records.size()));
+}
 
-  fs::create_directories(out_dir);
-  const std::string manifest_path = (fs::path(out_dir) / "manifest.json").string();
-  json manifest = manifest_header(model, regen_jsonl, regen, opt);
+// The sample entries of a previous run's manifest, once it is checked to describe the same data.
+std::map<int64_t, json> previous_entries(const std::string& manifest_path, const json& manifest,
+                                         const std::function<void(const std::string&)>& log) {
   std::map<int64_t, json> entries;  // sample index -> manifest entry
-  const bool had_manifest = fs::exists(manifest_path);
-  if (had_manifest) {
-    json old;
-    try {
-      old = json::parse(read_text_file(manifest_path));
-    } catch (const json::exception& e) {
-      fail(manifest_path, ": not valid JSON (", e.what(), ")");
-    }
-    check_compatible(old, manifest, manifest_path);
-    check_source(old, manifest, manifest_path, log);
-    if (old.contains("samples") && old["samples"].is_array())
-      for (const auto& e : old["samples"])
-        if (e.is_object() && e.contains("index") && e["index"].is_number_integer()) entries[e["index"].get<int64_t>()] = e;
+  json old;
+  try {
+    old = json::parse(read_text_file(manifest_path));
+  } catch (const json::exception& e) {
+    fail(manifest_path, ": not valid JSON (", e.what(), ")");
   }
+  check_compatible(old, manifest, manifest_path);
+  check_source(old, manifest, manifest_path, log);
+  if (old.contains("samples") && old["samples"].is_array())
+    for (const auto& e : old["samples"])
+      if (e.is_object() && e.contains("index") && e["index"].is_number_integer()) entries[e["index"].get<int64_t>()] = e;
+  return entries;
+}
 
+// What extract_hidden's steps share: the run's options and source (its first n records), and the
+// manifest entries and figures they update.
+struct HiddenRun {
+  const HiddenOptions& opt;
+  const std::string& regen_jsonl;
+  const std::vector<RegenRecord>& records;
+  const std::string& out_dir;
+  int64_t n;
+  int slots;    // layers stored + the final-normed state
+  int64_t H;    // hidden size
+  std::map<int64_t, json> entries;  // sample index -> manifest entry
   HiddenStats st;
-  st.samples = n;
-  // Entries that no longer describe the source never stay listed, in range or not: beyond its
-  // records (a shorter source), or computed from another record.
-  for (auto it = entries.begin(); it != entries.end();) {
+  std::function<void(const std::string&)> log;
+};
+
+// Entries that no longer describe the source never stay listed, in range or not: beyond its
+// records (a shorter source), or computed from another record.
+void drop_stale_entries(HiddenRun& run) {
+  for (auto it = run.entries.begin(); it != run.entries.end();) {
     const int64_t i = it->first;
-    if (i >= 0 && i < int64_t(records.size()) && describes_record(it->second, records[size_t(i)])) {
+    if (i >= 0 && i < int64_t(run.records.size()) && describes_record(it->second, run.records[size_t(i)])) {
       ++it;
       continue;
     }
-    if (i >= 0 && i < n) {
-      log("sample " + std::to_string(i) + " (" + sample_file(i, opt.shard_size) + ") is stale; computing it again");
-      ++st.repaired;
+    if (i >= 0 && i < run.n) {
+      run.log("sample " + std::to_string(i) + " (" + sample_file(i, run.opt.shard_size) +
+              ") is stale; computing it again");
+      ++run.st.repaired;
     } else {
-      log("sample " + std::to_string(i) + " is not a record of " + regen_jsonl + " (any more); dropped");
+      run.log("sample " + std::to_string(i) + " is not a record of " + run.regen_jsonl + " (any more); dropped");
       std::error_code ec;
-      if (i >= 0) fs::remove(fs::path(out_dir) / sample_file(i, opt.shard_size), ec);
+      if (i >= 0) fs::remove(fs::path(run.out_dir) / sample_file(i, run.opt.shard_size), ec);
     }
-    it = entries.erase(it);
+    it = run.entries.erase(it);
   }
-  // Which samples are already done: listed (from the same record, above) and the file's CRC matches.
+}
+
+// Which samples are still to compute: those not already done, listed (from the same record,
+// drop_stale_entries) with a file whose CRC matches.
+std::vector<int64_t> samples_to_compute(HiddenRun& run) {
   std::vector<int64_t> todo;
-  for (int64_t i = 0; i < n; ++i) {
-    auto it = entries.find(i);
-    if (it != entries.end() && !file_matches(it->second, i, out_dir, opt.shard_size)) {
-      log("sample " + std::to_string(i) + " (" + sample_file(i, opt.shard_size) +
-          ") is missing or damaged; computing it again");
-      ++st.repaired;
-      entries.erase(it);
-      it = entries.end();
+  for (int64_t i = 0; i < run.n; ++i) {
+    auto it = run.entries.find(i);
+    if (it != run.entries.end() && !file_matches(it->second, i, run.out_dir, run.opt.shard_size)) {
+      run.log("sample " + std::to_string(i) + " (" + sample_file(i, run.opt.shard_size) +
+              ") is missing or damaged; computing it again");
+      ++run.st.repaired;
+      run.entries.erase(it);
+      it = run.entries.end();
     }
-    if (it != entries.end()) ++st.skipped;
+    if (it != run.entries.end()) ++run.st.skipped;
     else todo.push_back(i);
   }
+  return todo;
+}
 
-  auto write_manifest = [&] {
-    json samples = json::array();
-    for (const auto& [i, e] : entries) samples.push_back(e);
-    // Every entry is a record of the source (pruned above): complete once a run over all of them
-    // has them all.
-    manifest["complete"] = n == int64_t(records.size()) && int64_t(entries.size()) == n;
-    manifest["num_samples"] = int64_t(entries.size());
-    manifest["samples"] = std::move(samples);
-    const std::string text = manifest.dump(1) + "\n";
-    write_file_atomic(manifest_path, text.data(), text.size());
-    manifest.erase("samples");
-  };
+void write_hidden_manifest(const HiddenRun& run, json& manifest, const std::string& manifest_path) {
+  json samples = json::array();
+  for (const auto& [i, e] : run.entries) samples.push_back(e);
+  // Every entry is a record of the source (pruned above): complete once a run over all of them
+  // has them all.
+  manifest["complete"] = run.n == int64_t(run.records.size()) && int64_t(run.entries.size()) == run.n;
+  manifest["num_samples"] = int64_t(run.entries.size());
+  manifest["samples"] = std::move(samples);
+  const std::string text = manifest.dump(1) + "\n";
+  write_file_atomic(manifest_path, text.data(), text.size());
+  manifest.erase("samples");
+}
 
-  // A rerun with work to do replaces the old manifest first (pruned, not complete): a crash
-  // mid-run must not leave it listing dropped samples or claiming a source that changed.
-  if (had_manifest && !todo.empty()) write_manifest();
-  if (todo.empty()) {
-    write_manifest();
-    st.seconds = now_seconds() - t_start;
-    return st;
-  }
+// A sample being computed: its KV sequence and its hidden states so far.
+struct Live {
+  int64_t index;
+  int seq;
+  std::vector<uint16_t> hs;  // [T][slots][H] bf16
+};
 
+// Writes sample s's safetensors file and its manifest entry.
+void write_sample(HiddenRun& run, Live& s) {
+  const RegenRecord& r = run.records[size_t(s.index)];
+  const int64_t T = int64_t(r.input_ids.size());
+  const std::string rel = sample_file(s.index, run.opt.shard_size);
+  const fs::path path = fs::path(run.out_dir) / rel;
+  fs::create_directories(path.parent_path());
+  std::vector<int64_t> ids(r.input_ids.begin(), r.input_ids.end());
+  SafetensorsWriter w;
+  w.add("hidden_states", DType::BF16, {T, run.slots, run.H}, s.hs.data());
+  w.add("token_ids", DType::I64, {T}, ids.data());
+  w.add("loss_mask", DType::U8, {T}, r.loss_mask.data());
+  w.set_metadata("format", std::string(kHiddenFormat) + "/" + std::to_string(kHiddenFormatVersion));
+  w.set_metadata("id", std::to_string(r.id));
+  w.set_metadata("layer_ids", ids_str(run.opt.layer_ids));
+  w.set_metadata("speculators_layer_ids", ids_str(speculators_ids(run.opt.layer_ids)));
+  w.set_metadata("last_slot", "final_norm");
+  w.write(path.string());
+  run.entries[s.index] = {{"index", s.index},
+                          {"file", rel},
+                          {"id", r.id},
+                          {"tokens", T},
+                          {"loss_tokens", r.loss_tokens()},
+                          {"crc32", crc32_hex(crc32_file(path.string()))},
+                          {"input_crc32", crc32_hex(regen_input_crc(r.input_ids, r.loss_mask))}};
+  ++run.st.written;
+}
+
+// Computes the `todo` samples' hidden states, shard by shard (`commit` writes the manifest after
+// each), in forward passes of up to max_batch_tokens rows: a sequence too long for one pass
+// carries over to the next.
+void compute_samples(const Model& model, HiddenRun& run, const std::vector<int64_t>& todo,
+                     const std::function<void()>& commit) {
+  const ModelConfig& c = model.config();
+  const HiddenOptions& opt = run.opt;
+  const int n_layers = int(opt.layer_ids.size());
+  const int slots = run.slots;
+  const int64_t H = run.H;
   // KV room: a sequence carried over from the previous pass plus one pass of rows, each
   // sequence rounding up to whole blocks.
   int64_t max_len = 0;
-  for (int64_t i : todo) max_len = std::max<int64_t>(max_len, int64_t(records[size_t(i)].input_ids.size()));
+  for (int64_t i : todo) max_len = std::max<int64_t>(max_len, int64_t(run.records[size_t(i)].input_ids.size()));
   const int64_t capacity = max_len + opt.max_batch_tokens + int64_t(kKvBlock) * (opt.max_batch_tokens + 2);
   KvCache kv(c.num_layers, c.num_kv_heads, c.head_dim, model.dtype(), capacity);
   Forward fwd(model, kv);
@@ -284,43 +333,11 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
   req.logits = false;
   req.final_hidden = true;
 
-  struct Live {
-    int64_t index;
-    int seq;
-    std::vector<uint16_t> hs;  // [T][slots][H] bf16
-  };
   struct Span {
     size_t live;  // index into `live`
     int64_t offset, count;
   };
   ProgressBar bar("hidden", int64_t(todo.size()), opt.progress);
-
-  auto write_sample = [&](Live& s) {
-    const RegenRecord& r = records[size_t(s.index)];
-    const int64_t T = int64_t(r.input_ids.size());
-    const std::string rel = sample_file(s.index, opt.shard_size);
-    const fs::path path = fs::path(out_dir) / rel;
-    fs::create_directories(path.parent_path());
-    std::vector<int64_t> ids(r.input_ids.begin(), r.input_ids.end());
-    SafetensorsWriter w;
-    w.add("hidden_states", DType::BF16, {T, slots, H}, s.hs.data());
-    w.add("token_ids", DType::I64, {T}, ids.data());
-    w.add("loss_mask", DType::U8, {T}, r.loss_mask.data());
-    w.set_metadata("format", std::string(kHiddenFormat) + "/" + std::to_string(kHiddenFormatVersion));
-    w.set_metadata("id", std::to_string(r.id));
-    w.set_metadata("layer_ids", ids_str(opt.layer_ids));
-    w.set_metadata("speculators_layer_ids", ids_str(speculators_ids(opt.layer_ids)));
-    w.set_metadata("last_slot", "final_norm");
-    w.write(path.string());
-    entries[s.index] = {{"index", s.index},
-                        {"file", rel},
-                        {"id", r.id},
-                        {"tokens", T},
-                        {"loss_tokens", r.loss_tokens()},
-                        {"crc32", crc32_hex(crc32_file(path.string()))},
-                        {"input_crc32", crc32_hex(regen_input_crc(r.input_ids, r.loss_mask))}};
-    ++st.written;
-  };
 
   // Shard by shard, so the manifest can be committed after each.
   size_t at = 0;
@@ -338,7 +355,7 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
       spans.clear();
       int64_t budget = opt.max_batch_tokens;
       while (budget > 0 && q < end) {
-        const RegenRecord& r = records[size_t(todo[q])];
+        const RegenRecord& r = run.records[size_t(todo[q])];
         const int64_t T = int64_t(r.input_ids.size());
         if (offset == 0) {
           live.push_back(Live{todo[q], kv.create_sequence(), {}});
@@ -356,8 +373,8 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
         }
       }
       const ForwardOutput& o = fwd.run(b, req);
-      ++st.forwards;
-      st.tokens += b.size();
+      ++run.st.forwards;
+      run.st.tokens += b.size();
       int row = 0;
       for (const Span& sp : spans) {
         Live& s = live[sp.live];
@@ -371,18 +388,57 @@ HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, c
       const bool last_open = offset != 0;
       const size_t complete = live.size() - (last_open ? 1 : 0);
       for (size_t k = 0; k < complete; ++k) {
-        write_sample(live[k]);
+        write_sample(run, live[k]);
         kv.free_sequence(live[k].seq);
       }
       live.erase(live.begin(), live.begin() + long(complete));
-      bar.update(st.written, st.tokens);
+      bar.update(run.st.written, run.st.tokens);
     }
-    write_manifest();
+    commit();
     at = end;
   }
-  bar.finish(st.written, st.tokens);
-  st.seconds = now_seconds() - t_start;
-  return st;
+  bar.finish(run.st.written, run.st.tokens);
+}
+
+}  // namespace
+
+HiddenStats extract_hidden(const Model& model, const std::string& regen_jsonl, const std::string& out_dir,
+                           const HiddenOptions& opt) {
+  const double t_start = now_seconds();
+  auto log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "datagen hidden: %s\n", s.c_str()); };
+  const ModelConfig& c = model.config();
+  check_hidden_options(c, opt);
+
+  RegenFile regen = read_regen_file(regen_jsonl);
+  if (regen.truncated_tail) log("warning: " + regen_jsonl + " ends in a partial line; it is left out");
+  const auto& records = regen.records;
+  check_records(records, regen_jsonl, c);
+  const int64_t n = opt.limit < 0 ? int64_t(records.size()) : std::min<int64_t>(opt.limit, int64_t(records.size()));
+
+  fs::create_directories(out_dir);
+  const std::string manifest_path = (fs::path(out_dir) / "manifest.json").string();
+  json manifest = manifest_header(model, regen_jsonl, regen, opt);
+  HiddenRun run{opt, regen_jsonl, records, out_dir, n, int(opt.layer_ids.size()) + 1, c.hidden_size, {}, {}, log};
+  const bool had_manifest = fs::exists(manifest_path);
+  if (had_manifest) run.entries = previous_entries(manifest_path, manifest, log);
+
+  run.st.samples = n;
+  drop_stale_entries(run);
+  const std::vector<int64_t> todo = samples_to_compute(run);
+  auto write_manifest = [&] { write_hidden_manifest(run, manifest, manifest_path); };
+
+  // A rerun with work to do replaces the old manifest first (pruned, not complete): a crash
+  // mid-run must not leave it listing dropped samples or claiming a source that changed.
+  if (had_manifest && !todo.empty()) write_manifest();
+  if (todo.empty()) {
+    write_manifest();
+    run.st.seconds = now_seconds() - t_start;
+    return run.st;
+  }
+
+  compute_samples(model, run, todo, write_manifest);
+  run.st.seconds = now_seconds() - t_start;
+  return run.st;
 }
 
 }  // namespace dspark::datagen

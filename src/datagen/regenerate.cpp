@@ -117,12 +117,9 @@ struct Live {
   std::string finish;
 };
 
-}  // namespace
+// regenerate's steps, in the order it runs them.
 
-RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vector<RegenPrompt>& prompts,
-                      const std::string& out_path, const RegenOptions& opt) {
-  const double t_start = now_seconds();
-  auto log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "datagen regenerate: %s\n", s.c_str()); };
+void check_regen_options(const Model& model, const Tokenizer& tok, const RegenOptions& opt) {
   opt.sampling.validate();
   if (opt.max_tokens < 1) fail("max_tokens must be at least 1");
   if (opt.batch < 1 || opt.batch > 4096) fail("batch must be between 1 and 4096");
@@ -130,13 +127,13 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
   const ModelConfig& cfg = model.config();
   if (tok.vocab_size() > cfg.vocab_size)
     fail("the tokenizer has ", tok.vocab_size(), " tokens but the model's vocabulary is ", cfg.vocab_size);
-  const int max_model_len = resolve_max_model_len(cfg, 0);
-  const ChatFormat fmt = detect_chat_format(tok);
-  const std::vector<int32_t> stops = regen_stop_tokens(tok, cfg);
+}
 
-  RegenStats st;
+// What the output already holds (the ids of its records); a partial last line (a crash
+// mid-write) is cut off, and the settings are checked against OUT.meta.json.
+std::unordered_set<int64_t> resume_output(const std::string& out_path, const RegenOptions& opt,
+                                          const std::function<void(const std::string&)>& log, RegenStats& st) {
   if (const fs::path parent = fs::path(out_path).parent_path(); !parent.empty()) fs::create_directories(parent);
-  // What the output already holds; a partial last line (a crash mid-write) is cut off.
   RegenFile existing = read_regen_file(out_path, /*missing_ok=*/true);
   if (existing.truncated_tail) {
     log("warning: " + out_path + " ends in a partial line (an interrupted run); dropping it");
@@ -146,8 +143,13 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
   check_settings(out_path, !existing.records.empty(), opt.settings, log);
   std::unordered_set<int64_t> done_ids;
   for (const auto& r : existing.records) done_ids.insert(r.id);
+  return done_ids;
+}
 
-  // The work list: prompts in range, not done, in id order.
+// The work list: prompts in range, not done, in id order, each tokenized turn by turn.
+std::vector<Work> work_list(const std::vector<RegenPrompt>& prompts, const std::unordered_set<int64_t>& done_ids,
+                            const Tokenizer& tok, ChatFormat fmt, const RegenOptions& opt, int max_model_len,
+                            RegenStats& st) {
   std::unordered_set<int64_t> seen;
   std::vector<const RegenPrompt*> in_range;
   for (const auto& p : prompts) {
@@ -172,46 +174,66 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
     w.need = reachable_positions(w, opt.max_tokens, max_model_len);
     work.push_back(std::move(w));
   }
-  if (work.empty()) {
-    st.seconds = now_seconds() - t_start;
-    return st;
-  }
+  return work;
+}
 
-  // KV room for the `batch` longest conversations at once (plus a partly used block each).
+// KV room for the `batch` longest conversations at once (plus a partly used block each).
+int64_t kv_capacity(const std::vector<Work>& work, int batch) {
   std::vector<int64_t> needs;
   for (const auto& w : work) needs.push_back(w.need + kKvBlock);
-  const size_t live_max = std::min(needs.size(), size_t(opt.batch));
+  const size_t live_max = std::min(needs.size(), size_t(batch));
   std::partial_sort(needs.begin(), needs.begin() + long(live_max), needs.end(), std::greater<int64_t>());
   int64_t capacity = 2 * kKvBlock;  // the padding row's sequence
   for (size_t i = 0; i < live_max; ++i) capacity += needs[i];
-  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, model.dtype(), capacity);
-  Forward fwd(model, kv);
-  const int pad_seq = kv.create_sequence();
+  return capacity;
+}
 
-  FILE* out = std::fopen(out_path.c_str(), "ab");
-  if (!out) fail(out_path, ": cannot open for appending");
-  struct Closer {
-    FILE* f;
-    ~Closer() { std::fclose(f); }
-  } closer{out};
+// The generation loop: up to `batch` conversations live in slots; each round refills the free
+// slots (a prefill each) and decodes one token for every live one. Finished records are written
+// in work-list order.
+struct RegenLoop {
+  RegenLoop(const RegenOptions& opt, const std::vector<Work>& work, const std::vector<int32_t>& stops,
+            const std::string& out_path, FILE* out, KvCache& kv, Forward& fwd, int pad_seq, int max_model_len,
+            int vocab, RegenStats& st)
+      : opt(opt), work(work), stops(stops), out_path(out_path), out(out), kv(kv), fwd(fwd), pad_seq(pad_seq),
+        max_model_len(max_model_len), vocab(vocab), st(st) {}
+
+  const RegenOptions& opt;
+  const std::vector<Work>& work;
+  const std::vector<int32_t>& stops;
+  const std::string& out_path;
+  FILE* out;
+  KvCache& kv;
+  Forward& fwd;
+  int pad_seq;
+  int max_model_len;
+  int vocab;
+  RegenStats& st;
 
   Sampler sampler;
-  const int vocab = cfg.vocab_size;
-  ProgressBar bar("regenerate", int64_t(work.size()), opt.progress);
   std::map<size_t, std::string> pending;  // finished records waiting for their turn to be written
   size_t next_write = 0;
-  auto flush_ready = [&] {
+  std::vector<Live> slots = std::vector<Live>(size_t(opt.batch));
+  std::vector<bool> occupied = std::vector<bool>(size_t(opt.batch), false);
+  size_t next_work = 0;
+  Batch b;
+  ForwardRequest req;
+  std::vector<size_t> row_slot;
+  std::vector<int32_t> sampled;
+
+  void flush_ready() {
     for (auto it = pending.begin(); it != pending.end() && it->first == next_write; it = pending.erase(it)) {
       const std::string& line = it->second;
       if (std::fwrite(line.data(), 1, line.size(), out) != line.size() || std::fflush(out) != 0)
         fail(out_path, ": write failed");
       ++next_write;
     }
-  };
-  auto is_stop = [&](int32_t t) { return std::find(stops.begin(), stops.end(), t) != stops.end(); };
+  }
+
+  bool is_stop(int32_t t) const { return std::find(stops.begin(), stops.end(), t) != stops.end(); }
 
   // Takes a sampled token; may prefill the next user turn (a forward pass) and sample again.
-  auto accept = [&](Live& a, int32_t token) {
+  void accept(Live& a, int32_t token) {
     for (;;) {
       a.tokens.push_back(token);
       a.mask.push_back(1);
@@ -254,8 +276,9 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
       a.last = token;
       return;
     }
-  };
-  auto retire = [&](Live& a) {
+  }
+
+  void retire(Live& a) {
     const Work& w = work[a.work];
     RegenRecord r;
     r.id = w.prompt->id;
@@ -267,17 +290,10 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
     kv.free_sequence(a.seq);
     ++st.generated;
     flush_ready();
-  };
+  }
 
-  std::vector<Live> slots(size_t(opt.batch));
-  std::vector<bool> occupied(size_t(opt.batch), false);
-  size_t next_work = 0;
-  Batch b;
-  ForwardRequest req;
-  std::vector<size_t> row_slot;
-  std::vector<int32_t> sampled;
-  for (;;) {
-    // Refill free slots: prefill a new prompt alone, sample its first token.
+  // Refills free slots: prefills a new prompt alone and samples its first token.
+  void refill_slots() {
     for (size_t s = 0; s < slots.size(); ++s) {
       while (!occupied[s] && next_work < work.size()) {
         Live& a = slots[s];
@@ -297,7 +313,10 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
         else occupied[s] = true;
       }
     }
-    // One decode step over every live sequence.
+  }
+
+  // One decode step over every live sequence; false when none is live.
+  bool decode_step() {
     b.clear();
     row_slot.clear();
     for (size_t s = 0; s < slots.size(); ++s) {
@@ -306,7 +325,7 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
       b.add(a.last, int32_t(a.tokens.size()) - 1, a.seq, true);
       row_slot.push_back(s);
     }
-    if (row_slot.empty()) break;
+    if (row_slot.empty()) return false;
     // A lone row gets a padding row (see regenerate.h): bf16 GEMMs of one row sum differently.
     if (row_slot.size() == 1) b.add(0, 0, pad_seq, true);
     const ForwardOutput& o = fwd.run(b, req);
@@ -326,9 +345,50 @@ RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vecto
         occupied[row_slot[r]] = false;
       }
     }
+    return true;
+  }
+};
+
+}  // namespace
+
+RegenStats regenerate(const Model& model, const Tokenizer& tok, const std::vector<RegenPrompt>& prompts,
+                      const std::string& out_path, const RegenOptions& opt) {
+  const double t_start = now_seconds();
+  auto log = opt.log ? opt.log : [](const std::string& s) { std::fprintf(stderr, "datagen regenerate: %s\n", s.c_str()); };
+  check_regen_options(model, tok, opt);
+  const ModelConfig& cfg = model.config();
+  const int max_model_len = resolve_max_model_len(cfg, 0);
+  const ChatFormat fmt = detect_chat_format(tok);
+  const std::vector<int32_t> stops = regen_stop_tokens(tok, cfg);
+
+  RegenStats st;
+  const std::unordered_set<int64_t> done_ids = resume_output(out_path, opt, log, st);
+  const std::vector<Work> work = work_list(prompts, done_ids, tok, fmt, opt, max_model_len, st);
+  if (work.empty()) {
+    st.seconds = now_seconds() - t_start;
+    return st;
+  }
+
+  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, model.dtype(), kv_capacity(work, opt.batch));
+  Forward fwd(model, kv);
+  const int pad_seq = kv.create_sequence();
+
+  FILE* out = std::fopen(out_path.c_str(), "ab");
+  if (!out) fail(out_path, ": cannot open for appending");
+  struct Closer {
+    FILE* f;
+    ~Closer() { std::fclose(f); }
+  } closer{out};
+
+  RegenLoop loop{opt, work, stops, out_path, out, kv, fwd, pad_seq, max_model_len, cfg.vocab_size, st};
+  ProgressBar bar("regenerate", int64_t(work.size()), opt.progress);
+  for (;;) {
+    loop.refill_slots();
+    if (!loop.decode_step()) break;
     bar.update(st.generated, st.response_tokens);
   }
-  if (!pending.empty() || next_write != work.size()) fail("regenerate: internal error: records left unwritten");
+  if (!loop.pending.empty() || loop.next_write != work.size())
+    fail("regenerate: internal error: records left unwritten");
   bar.finish(st.generated, st.response_tokens);
   st.seconds = now_seconds() - t_start;
   return st;

@@ -30,8 +30,8 @@
 #include "runtime/request.h"
 #include "runtime/request_scheduler.h"
 #include "spec_decode/drafter.h"
-#include "spec_decode/length_policy.h"
 #include "spec_decode/spec_config.h"
+#include "spec_decode/verify_length.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {

@@ -65,7 +65,7 @@ struct EngineMetrics {
   PerDrafter dropped_versions;  // versions older than every one kept (not exported)
   // The entry of `version`, made when new; the oldest version is dropped past the bound.
   PerDrafter& per_drafter(int version);
-  // Rounds the scheduler chose to verify l drafts, l = 0..K (index l).
+  // Rounds the verification-length policy chose to verify l drafts, l = 0..K (index l).
   std::vector<int64_t> spec_verify_length_hist;
   // Latency histograms, in seconds.
   Histogram ttft{ttft_buckets()};

@@ -19,8 +19,8 @@
 #include "runtime/request_state.h"
 #include "sample/sampler.h"
 #include "spec_decode/drafter.h"
-#include "spec_decode/length_policy.h"
 #include "spec_decode/spec_config.h"
+#include "spec_decode/verify_length.h"
 
 namespace dspark {
 

@@ -9,8 +9,8 @@
 #include "core/timer.h"
 #include "kernels/gemm.h"
 #include "runtime/step_profile.h"
-#include "spec_decode/prefix_scheduler.h"
 #include "spec_decode/verify.h"
+#include "spec_decode/verify_length_prefix.h"
 
 namespace dspark {
 
@@ -112,7 +112,7 @@ std::vector<double> profile_sps_curve(const Model& target, DType kv_dtype, int K
   return sps_curve_from_profile(single, batched, K, max_tokens);
 }
 
-// A curve file describes the machine and settings it was measured with; the scheduler's lengths
+// A curve file describes the machine and settings it was measured with; the policy's lengths
 // are only right where those hold, so a file from another CPU, kernel backend, thread count or
 // dtype is refused (issue 20: never a curve from another machine).
 static void check_sps_curve_origin(const SpecConfig::SpsCurveOrigin& o, DType dtype) {
@@ -148,12 +148,12 @@ std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, c
     check_sps_curve_origin(spec.sps_curve_origin, kv_dtype);
     std::vector<double> sps{0.0};
     sps.insert(sps.end(), spec.sps_curve.begin(), spec.sps_curve.end());
-    auto s = std::make_unique<PrefixScheduler>(std::move(sps));
+    auto s = std::make_unique<PrefixLengthPolicy>(std::move(sps));
     s->learn_drafting_cost(true);  // the curve as given, the drafting cost as measured here
     return s;
   }
   auto s =
-      std::make_unique<PrefixScheduler>(profile_sps_curve(target, kv_dtype, K, max_step_tokens));
+      std::make_unique<PrefixLengthPolicy>(profile_sps_curve(target, kv_dtype, K, max_step_tokens));
   s->learn_drafting_cost(true);
   return s;
 }

@@ -13,16 +13,16 @@
 #include "runtime/step_profile.h"
 #include "spec_decode/calibration.h"
 #include "spec_decode/drafter.h"
-#include "spec_decode/length_policy.h"
 #include "spec_decode/spec_config.h"
+#include "spec_decode/verify_length.h"
 
 namespace dspark {
 
 // The verification-length policy a SpecConfig asks for: every draft, a static confidence
-// threshold, or the hardware-aware prefix scheduler (Algorithm 1). Its cost curve SPS(B) covers
+// threshold, or the hardware-aware prefix length policy (Algorithm 1). Its cost curve SPS(B) covers
 // steps of B = 1 .. max(K + 1, max_step_tokens) tokens: the config's dspark_sps_curve (at least
 // K + 1 entries; past its end the step time is extrapolated) or, when that is "auto", `target`'s
-// step time profiled now (profile_sps_curve). Either way the scheduler adds the drafting time and
+// step time profiled now (profile_sps_curve). Either way the policy adds the drafting time and
 // the plain step's cost beyond the forward, both learned while generating.
 std::unique_ptr<VerifyLengthPolicy> make_verify_policy(const SpecConfig& spec, const Model& target,
                                                        DType kv_dtype, int max_step_tokens = 0);

@@ -122,7 +122,7 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
                "position=\"" + std::to_string(i) + "\"");
     // dspark's own: how many drafts the verification policy chose to verify, per round.
     w.header("dspark:spec_decode_verify_length_total", "counter",
-             "Speculative rounds by the number of drafts verified (the scheduler's choice of l).");
+             "Speculative rounds by the number of drafts verified (the length policy's choice of l).");
     for (size_t l = 0; l < m.spec_verify_length_hist.size(); ++l)
       w.sample("dspark:spec_decode_verify_length_total", double(m.spec_verify_length_hist[l]),
                "length=\"" + std::to_string(l) + "\"");
@@ -140,7 +140,7 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
         w.sample(name, double(d.*field), "drafter_version=\"" + std::to_string(v) + "\"");
     }
     w.counter("dspark:spec_decode_plain_steps",
-              "Steps run without drafting: the scheduler judged a plain step faster.",
+              "Steps run without drafting: the length policy judged a plain step faster.",
               double(m.spec_plain_steps));
   }
   w.counter("dspark:engine_steps", "Engine steps (one target forward each).", double(m.steps));

@@ -185,7 +185,7 @@ SpecConfig SpecConfig::parse(const std::string& text) {
     fail(where, ": field 'enable_adaptive_verification' applies only to method dspark (it needs the confidence head)");
   if (c.adaptive_verification && c.confidence_threshold > 0)
     fail(where, ": fields 'enable_adaptive_verification' and 'dspark_confidence_threshold' exclude each other "
-         "(the scheduler chooses the lengths itself)");
+         "(the adaptive length policy chooses the lengths itself)");
   if (j.contains("dspark_sps_curve") && !c.adaptive_verification)
     fail(where, ": field 'dspark_sps_curve' needs 'enable_adaptive_verification': true");
   return c;

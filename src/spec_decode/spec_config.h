@@ -21,7 +21,7 @@ struct SpecConfig {
   int prompt_lookup_min = 0;       // ngram (0: default)
   int prompt_lookup_max = 0;
   float confidence_threshold = 0;  // dspark: verify only up to the first c_k below this (0: off)
-  // dspark: the hardware-aware prefix scheduler (DSpark Algorithm 1) chooses how many drafts
+  // dspark: the hardware-aware prefix length policy (DSpark Algorithm 1) chooses how many drafts
   // to verify from the confidences and the cost of a round (vLLM's enable_adaptive_verification).
   bool adaptive_verification = false;
   // Its cost curve: rounds per second when a round verifies B = 1, 2, ... tokens (index B - 1).

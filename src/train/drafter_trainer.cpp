@@ -530,10 +530,14 @@ torch::Tensor block_draft_logits(const std::string& drafter_dir, const std::stri
   return block_pass(m, fz, features, b, {anchor}).second;
 }
 
-double train_drafter(const DrafterTrainConfig& cfg) {
+namespace {
+
+// train_drafter's steps, in the order it runs them.
+
+// The run's settings: --init's shape (init_dc: the drafter it starts from), each method's usual
+// depth, then the flags checked.
+DrafterTrainConfig resolve_config(const DrafterTrainConfig& cfg, std::optional<DrafterConfig>& init_dc) {
   DrafterTrainConfig c = cfg;
-  const bool online = c.online.enabled;
-  std::optional<DrafterConfig> init_dc;
   if (!c.init.empty()) {
     init_dc = DrafterConfig::load(c.init);
     adopt_init_shape(c, *init_dc);
@@ -541,35 +545,31 @@ double train_drafter(const DrafterTrainConfig& cfg) {
   if (c.layers == 0) c.layers = c.method == SpecMethod::Eagle3 ? 1 : 2;  // each method's usual depth
   check_config(c);
   check_online_config(c);
-  const torch::Device device = training_device(c.device);
-  if (c.resume && !device.is_cpu())
-    fail("flag --resume: resuming on --device ", c.device, " is not supported (the optimizer state loads on the CPU); "
-         "resume with --device cpu or start a new run");
-  const bool bf16 = use_bf16(c.precision, device);
-  const bool lead = c.rank == 0;
-  // A resumed run must train the same drafter on the same data: checked against the run's own
-  // record before anything is loaded (another method, depth or rank would otherwise surface as a
-  // tensor error, another --data not at all).
-  if (c.resume) {
-    std::vector<ResumeField> fields = {{"method", "--method"}, {"target", "--target", true}, {"data", "--data", true},
-                                       {"layers", "--layers"}, {"drafts", "--drafts"}};
-    if (c.method == SpecMethod::DSpark)
-      fields.insert(fields.end(), {{"markov_rank", "--markov-rank"}, {"markov_head", "--markov-head"},
-                                   {"confidence", "--no-confidence"}});
-    fields.insert(fields.end(), {{"init", "--init", true}, {"online", "--online"}, {"prompts", "--prompts", true},
-                                 {"store", "--store"}, {"max_tokens", "--max-tokens"},
-                                 {"target_layers", "--target-layers"}});
-    check_resume_config(c.out, latest_checkpoint_config(c.out), c.to_json(), fields);
-  }
-  if (lead && !precision_note(c.precision).empty()) std::fprintf(stderr, "%s\n", precision_note(c.precision).c_str());
-  if (c.threads > 0) at::set_num_threads(c.threads);
-  torch::manual_seed(c.seed);
-  Frozen fz = load_frozen(c.target);
-  fz.embed = fz.embed.to(device);
-  fz.lm_head = fz.lm_head.to(device);
-  // Online and regenerated data tap the layers --init or --target-layers name; a dataset holds its own.
+  return c;
+}
+
+// A resumed run must train the same drafter on the same data: checked against the run's own
+// record before anything is loaded (another method, depth or rank would otherwise surface as a
+// tensor error, another --data not at all).
+void check_resumed_run(const DrafterTrainConfig& c) {
+  std::vector<ResumeField> fields = {{"method", "--method"}, {"target", "--target", true}, {"data", "--data", true},
+                                     {"layers", "--layers"}, {"drafts", "--drafts"}};
+  if (c.method == SpecMethod::DSpark)
+    fields.insert(fields.end(), {{"markov_rank", "--markov-rank"}, {"markov_head", "--markov-head"},
+                                 {"confidence", "--no-confidence"}});
+  fields.insert(fields.end(), {{"init", "--init", true}, {"online", "--online"}, {"prompts", "--prompts", true},
+                               {"store", "--store"}, {"max_tokens", "--max-tokens"},
+                               {"target_layers", "--target-layers"}});
+  check_resume_config(c.out, latest_checkpoint_config(c.out), c.to_json(), fields);
+}
+
+// The training data (none online) and the target layers the drafter taps (layer_ids). Online and
+// regenerated data tap the layers --init or --target-layers name; a dataset holds its own.
+std::optional<DrafterData> open_training_data(const DrafterTrainConfig& c,
+                                              const std::optional<DrafterConfig>& init_dc, const Frozen& fz,
+                                              const torch::Device& device, std::vector<int>& layer_ids) {
+  const bool online = c.online.enabled;
   const bool regenerated = !online && DrafterData::is_regenerated(c.data);
-  std::vector<int> layer_ids;
   if (online || regenerated) {
     layer_ids = init_dc ? init_dc->target_layer_ids : c.target_layers;
     if (layer_ids.empty())
@@ -592,39 +592,257 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     if (init_dc && init_dc->target_layer_ids != layer_ids)
       fail("flag --init: ", init_dc->path, " taps other target layers than --data ", c.data, " holds");
   }
-  const DrafterConfig dc = init_dc ? init_drafter_config(*init_dc, fz) : drafter_config(c, fz, layer_ids);
+  return data;
+}
 
-  // Where each step's samples come from: the dataset (shuffled epochs, a validation tail), or the
-  // online stream (each prompt's sample once; --steps defaults to prompts / batch).
-  std::unique_ptr<OnlineSource> src;
-  size_t n_total = 0, n_val = 0, n_train = 0;
+// Where each step's samples come from: the dataset (shuffled epochs, a validation tail), or the
+// online stream (each prompt's sample once; --steps defaults to prompts / batch).
+struct SamplePlan {
+  size_t n_total = 0, n_val = 0, n_train = 0;  // the dataset's samples (none online)
   int64_t total_steps = 0;
-  if (data) {
-    n_total = data->size();
-    n_val = std::min(n_total / 2, size_t(std::ceil(double(n_total) * c.validation_fraction)));
-    n_train = n_total - n_val;
-    if (n_train == 0) fail(c.data, ": no training samples");
-    const int64_t steps_per_epoch = std::max<int64_t>(1, int64_t(n_train) / c.batch);
-    total_steps = c.steps > 0 ? c.steps : steps_per_epoch * c.epochs;
-  } else {
-    src = std::make_unique<OnlineSource>(c.online, c.out, c.target, target_norm(fz), layer_ids, c.batch);
-    total_steps = c.steps > 0 ? c.steps : std::max<int64_t>(1, src->prompt_count() / c.batch);
-  }
+};
 
+SamplePlan plan_dataset_steps(const DrafterData& data, const DrafterTrainConfig& c) {
+  SamplePlan p;
+  p.n_total = data.size();
+  p.n_val = std::min(p.n_total / 2, size_t(std::ceil(double(p.n_total) * c.validation_fraction)));
+  p.n_train = p.n_total - p.n_val;
+  if (p.n_train == 0) fail(c.data, ": no training samples");
+  const int64_t steps_per_epoch = std::max<int64_t>(1, int64_t(p.n_train) / c.batch);
+  p.total_steps = c.steps > 0 ? c.steps : steps_per_epoch * c.epochs;
+  return p;
+}
+
+// The drafter being trained: a block drafter (DSpark, DFlash) or an EAGLE-3 one, and the module
+// both are.
+struct TrainedDrafter {
   std::shared_ptr<torch::nn::Module> module;
   BlockDrafter block{nullptr};
   Eagle3Drafter eagle{nullptr};
+};
+
+// Initialized from the seed, or with --init's weights (errors name the tensor and the file), on
+// the device.
+TrainedDrafter make_trained_drafter(const DrafterTrainConfig& c, const DrafterConfig& dc, const Frozen& fz,
+                                    bool from_init, const torch::Device& device) {
+  TrainedDrafter d;
   if (c.method == SpecMethod::Eagle3) {
-    eagle = Eagle3Drafter(dc, fz.cfg.hidden_size, fz.cfg.vocab_size);
-    module = eagle.ptr();
+    d.eagle = Eagle3Drafter(dc, fz.cfg.hidden_size, fz.cfg.vocab_size);
+    d.module = d.eagle.ptr();
   } else {
-    block = BlockDrafter(dc, fz.cfg.hidden_size);
-    module = block.ptr();
+    d.block = BlockDrafter(dc, fz.cfg.hidden_size);
+    d.module = d.block.ptr();
   }
-  init_weights(*module, c.seed);
-  if (init_dc) load_parameters(*module, c.init);  // errors name the tensor and the file
-  module->to(device);
-  torch::optim::AdamW opt(module->parameters(),
+  init_weights(*d.module, c.seed);
+  if (from_init) load_parameters(*d.module, c.init);
+  d.module->to(device);
+  return d;
+}
+
+// One sample's loss (undefined when it supervises nothing); `anchor_seed` draws a block
+// drafter's anchors.
+torch::Tensor sequence_loss(TrainedDrafter& d, const Frozen& fz, const TrainSample& s, const DrafterTrainConfig& c,
+                            bool bf16, uint64_t anchor_seed) {
+  return c.method == SpecMethod::Eagle3 ? eagle3_sequence_loss(d.eagle, fz, s, c, bf16)
+                                        : block_sequence_loss(d.block, fz, s, c, bf16, anchor_seed, nullptr);
+}
+
+// The progress line and train_log.jsonl (lead process only); a new run logs its start.
+std::unique_ptr<Progress> start_progress(const DrafterTrainConfig& c, const SamplePlan& plan, bool bf16,
+                                         torch::nn::Module& module) {
+  auto progress = std::make_unique<Progress>(plan.total_steps, (fs::path(c.out) / "train_log.jsonl").string(), c.resume);
+  if (!c.resume)
+    progress->event({{"event", "start"}, {"method", spec_method_name(c.method)}, {"train_samples", plan.n_train},
+                     {"validation_samples", plan.n_val}, {"steps", plan.total_steps}, {"world_size", c.world_size},
+                     {"precision", bf16 ? "bf16" : "f32"}, {"online", c.online.enabled}, {"init", c.init},
+                     {"trainable_parameters", [&] {
+                        int64_t p = 0;
+                        for (auto& t : module.parameters()) p += t.numel();
+                        return p;
+                      }()}});
+  return progress;
+}
+
+// Epoch e visits the training samples in an order shuffled by (seed, e): the sample index of the
+// run's `global`-th draw, and its epoch.
+std::pair<size_t, uint64_t> shuffled_sample(int64_t global, size_t n_train, uint64_t seed) {
+  const int64_t epoch = global / int64_t(n_train), i = global % int64_t(n_train);
+  std::vector<size_t> order(n_train);
+  for (size_t k = 0; k < n_train; ++k) order[k] = k;
+  Rng r(seed, uint64_t(epoch) + 1000);
+  for (size_t k = n_train - 1; k > 0; --k) std::swap(order[k], order[size_t(r.next() % (k + 1))]);
+  return std::make_pair(order[size_t(i)], uint64_t(epoch));
+}
+
+// This process's share of one step: its samples' losses, each divided by the batch and
+// backpropagated.
+struct RankBatch {
+  double loss = 0;  // sum of the losses / batch
+  int64_t tokens = 0;
+  int taken = 0;                  // samples taken (online: fewer, or none, at the stream's end)
+  std::vector<OnlineItem> items;  // online: where this step's samples came from (no tensors)
+};
+
+RankBatch backward_rank_batch(TrainedDrafter& d, const Frozen& fz, const DrafterTrainConfig& c, bool bf16,
+                              int64_t step, int per_rank, OnlineSource* src, const DrafterData* data,
+                              size_t n_train, const torch::Device& device) {
+  RankBatch b;
+  for (int i = 0; i < per_rank; ++i) {
+    TrainSample s;
+    uint64_t anchor_seed;
+    if (src) {
+      std::optional<OnlineItem> it = src->pop();
+      if (!it) break;
+      s = to_device(std::move(it->sample), device);
+      anchor_seed = c.seed * 1000003ull + uint64_t(it->prompt) * 7919ull;
+      b.items.push_back(std::move(*it));
+    } else {
+      const int64_t global = step * c.batch + int64_t(c.rank) * per_rank + i;
+      auto [idx, epoch] = shuffled_sample(global, n_train, c.seed);
+      s = data->load(idx);
+      anchor_seed = c.seed * 1000003ull + idx * 7919ull + epoch;
+    }
+    ++b.taken;
+    b.tokens += int64_t(s.tokens.size());
+    torch::Tensor loss = sequence_loss(d, fz, s, c, bf16, anchor_seed);
+    if (!loss.defined()) continue;
+    (loss / double(c.batch)).backward();
+    b.loss += loss.item<double>() / double(c.batch);
+  }
+  return b;
+}
+
+// Averages gradients over processes (each holds sum_i loss_i / batch of its share). The
+// stream's last, short step first takes the mean over the samples it has.
+void reduce_gradients(torch::nn::Module& module, ProcessGroup* pg, RankBatch& b, int per_rank) {
+  if (b.taken < per_rank) {
+    const double scale = double(per_rank) / double(b.taken);
+    for (auto& p : module.parameters())
+      if (p.grad().defined()) p.mutable_grad().mul_(scale);
+    b.loss *= scale;
+  }
+  for (auto& p : module.parameters()) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    all_reduce_sum(pg, p.mutable_grad());
+  }
+}
+
+// The step log's memory fields: the tensor cache (train/caching_allocator.h), to tell a growing
+// cache from a leak, glibc's heap and the resident set. `before`: the cache's counts at the last
+// step.
+void add_memory_fields(json& fields, CachingAllocatorStats& before) {
+  const CachingCpuAllocator* a = CachingCpuAllocator::installed();
+  if (!a) return;
+  const CachingAllocatorStats s = a->stats();
+  auto mib = [](std::size_t b) { return std::round(double(b) / double(1 << 20) * 10) / 10; };
+  fields["tensor_mib"] = {{"live", mib(s.live_bytes)}, {"cached", mib(s.cached_bytes)},
+                          {"peak_live", mib(s.peak_live_bytes)}};
+  // This step's requests of cached sizes, and how many the cache served.
+  fields["tensor_blocks"] = {{"requests", s.allocations - before.allocations},
+                             {"reused", s.reused - before.reused},
+                             {"evicted", s.evicted - before.evicted}};
+  before = s;
+  // glibc's heap: in use and free but kept (blocks below the mmap threshold, main.cpp), and
+  // mapped blocks (the tensor cache's, live and cached, among them).
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
+  const struct mallinfo2 mi = mallinfo2();
+  fields["heap_mib"] = {{"used", mib(mi.uordblks)}, {"free", mib(mi.fordblks)},
+                        {"mmapped", mib(mi.hblkhd)}};
+#endif
+  // Resident memory at the same point of every step, after its tensors are freed: within a
+  // step it rises by the part of the working set the cache did not hold (the sample's
+  // length decides), so samples taken from outside at random times swing by that much.
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    unsigned long long size = 0, resident = 0;
+    if (std::fscanf(f, "%llu %llu", &size, &resident) == 2)
+      fields["rss_mib"] = mib(std::size_t(resident) * std::size_t(sysconf(_SC_PAGESIZE)));
+    std::fclose(f);
+  }
+}
+
+// --time-limit: once kTimePlanSteps steps ran, the run takes the steps that fit at their rate,
+// and the learning-rate schedule spans those.
+constexpr int64_t kTimePlanSteps = 20;
+
+void fit_time_limit(const DrafterTrainConfig& c, int64_t step, int64_t run_steps, double loop_start,
+                    int64_t& total_steps, LrSchedule& sched, Progress* progress) {
+  if (c.time_limit <= 0 || run_steps != kTimePlanSteps) return;
+  const double spent = now_seconds() - loop_start, per_step = spent / double(run_steps);
+  const int64_t fit = step + int64_t(std::max(0.0, c.time_limit - spent) / per_step);
+  if (fit >= total_steps) return;
+  total_steps = std::max(step, fit);
+  sched.total_steps = total_steps;
+  sched.warmup_steps = int64_t(std::ceil(c.warmup_ratio * double(total_steps)));
+  if (progress) {
+    progress->set_total(total_steps);
+    progress->event({{"event", "time_limit"}, {"seconds", c.time_limit}, {"seconds_per_step", per_step},
+                     {"steps", total_steps}});
+  }
+}
+
+// The end of a finished run (lead process): the validation loss on the held-out samples
+// (offline), the drafter written to OUT/drafter, and the "done" event; online, the stream is
+// stopped complete first.
+void finish_run(TrainedDrafter& d, const DrafterConfig& dc, const Frozen& fz, const DrafterTrainConfig& c, bool bf16,
+                const SamplePlan& plan, const DrafterData* data, OnlineSource* src, Progress& progress, int64_t step) {
+  torch::NoGradGuard ng;
+  d.module->eval();
+  double vsum = 0;
+  int vcount = 0;
+  for (size_t i = plan.n_train; i < plan.n_total; ++i) {
+    TrainSample s = data->load(i);
+    torch::Tensor loss = sequence_loss(d, fz, s, c, bf16, c.seed + i);
+    if (!loss.defined()) continue;
+    vsum += loss.item<double>();
+    ++vcount;
+  }
+  save_drafter(*d.module, dc, (fs::path(c.out) / "drafter").string(), fz.cfg.vocab_size, c.init);
+  json done = {{"event", "done"}, {"step", step}, {"drafter", (fs::path(c.out) / "drafter").string()}};
+  if (!src) done["validation_loss"] = vcount ? vsum / vcount : 0.0;
+  if (src) {
+    src->stop(/*complete=*/true);  // and the sweep: nothing of this run stays in the store
+    done["online"] = src->summary();
+  }
+  progress.event(done);
+  progress.finish();
+}
+
+}  // namespace
+
+double train_drafter(const DrafterTrainConfig& cfg) {
+  std::optional<DrafterConfig> init_dc;
+  const DrafterTrainConfig c = resolve_config(cfg, init_dc);
+  const bool online = c.online.enabled;
+  const torch::Device device = training_device(c.device);
+  if (c.resume && !device.is_cpu())
+    fail("flag --resume: resuming on --device ", c.device, " is not supported (the optimizer state loads on the CPU); "
+         "resume with --device cpu or start a new run");
+  const bool bf16 = use_bf16(c.precision, device);
+  const bool lead = c.rank == 0;
+  if (c.resume) check_resumed_run(c);
+  if (lead && !precision_note(c.precision).empty()) std::fprintf(stderr, "%s\n", precision_note(c.precision).c_str());
+  if (c.threads > 0) at::set_num_threads(c.threads);
+  torch::manual_seed(c.seed);
+  Frozen fz = load_frozen(c.target);
+  fz.embed = fz.embed.to(device);
+  fz.lm_head = fz.lm_head.to(device);
+  std::vector<int> layer_ids;
+  std::optional<DrafterData> data = open_training_data(c, init_dc, fz, device, layer_ids);
+  const DrafterConfig dc = init_dc ? init_drafter_config(*init_dc, fz) : drafter_config(c, fz, layer_ids);
+
+  std::unique_ptr<OnlineSource> src;
+  SamplePlan plan;
+  if (data) {
+    plan = plan_dataset_steps(*data, c);
+  } else {
+    src = std::make_unique<OnlineSource>(c.online, c.out, c.target, target_norm(fz), layer_ids, c.batch);
+    plan.total_steps = c.steps > 0 ? c.steps : std::max<int64_t>(1, src->prompt_count() / c.batch);
+  }
+  int64_t& total_steps = plan.total_steps;
+
+  TrainedDrafter d = make_trained_drafter(c, dc, fz, init_dc.has_value(), device);
+  torch::nn::Module& module = *d.module;
+  torch::optim::AdamW opt(module.parameters(),
                           torch::optim::AdamWOptions(c.lr).betas({0.9, 0.999}).eps(1e-8).weight_decay(c.weight_decay));
   LrSchedule sched{c.lr, int64_t(std::ceil(c.warmup_ratio * double(total_steps))), total_steps, c.min_lr_ratio};
   auto pg = make_group(c);
@@ -633,21 +851,10 @@ double train_drafter(const DrafterTrainConfig& cfg) {
   // An online run that crashed before its first checkpoint resumes from its journal alone, with
   // the starting weights.
   const bool load = c.resume && (!online || latest_checkpoint(c.out));
-  const CheckpointState st = start_or_resume(c.out, load, /*refuse_existing=*/lead, *module, opt);
+  const CheckpointState st = start_or_resume(c.out, load, /*refuse_existing=*/lead, module, opt);
   int64_t step = st.step, tokens = st.tokens;
   std::unique_ptr<Progress> progress;
-  if (lead) {
-    progress = std::make_unique<Progress>(total_steps, (fs::path(c.out) / "train_log.jsonl").string(), c.resume);
-    if (!c.resume)
-      progress->event({{"event", "start"}, {"method", spec_method_name(c.method)}, {"train_samples", n_train},
-                       {"validation_samples", n_val}, {"steps", total_steps}, {"world_size", c.world_size},
-                       {"precision", bf16 ? "bf16" : "f32"}, {"online", online}, {"init", c.init},
-                       {"trainable_parameters", [&] {
-                          int64_t p = 0;
-                          for (auto& t : module->parameters()) p += t.numel();
-                          return p;
-                        }()}});
-  }
+  if (lead) progress = start_progress(c, plan, bf16, module);
   // Stops the stream's workers before `progress`, which they log to, goes (an error unwinding).
   struct StopFirst {
     OnlineSource* s;
@@ -660,15 +867,6 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     src->start(c.resume, st.extra.is_object() ? st.extra.value("online_state", json()) : json(), (total_steps - step) * c.batch,
                [pr](const json& e) { pr->event(e); });
   }
-  // Epoch e visits the training samples in an order shuffled by (seed, e).
-  auto sample_at = [&](int64_t global) {
-    const int64_t epoch = global / int64_t(n_train), i = global % int64_t(n_train);
-    std::vector<size_t> order(n_train);
-    for (size_t k = 0; k < n_train; ++k) order[k] = k;
-    Rng r(c.seed, uint64_t(epoch) + 1000);
-    for (size_t k = n_train - 1; k > 0; --k) std::swap(order[k], order[size_t(r.next() % (k + 1))]);
-    return std::make_pair(order[size_t(i)], uint64_t(epoch));
-  };
   const int per_rank = c.batch / c.world_size;
   double last = 0;
   int64_t run_steps = 0, saved_step = st.step;
@@ -684,129 +882,52 @@ double train_drafter(const DrafterTrainConfig& cfg) {
     malloc_trim(0);
     json extra = c.to_json();
     if (src) extra["online_state"] = src->checkpoint_state();
-    save_checkpoint(c.out, *module, opt, CheckpointState{step, tokens, extra});
+    save_checkpoint(c.out, module, opt, CheckpointState{step, tokens, extra});
     saved_step = step;
     if (!src) return;
     src->checkpoint_saved();
     if (c.online.reload_every > 0 && step % c.online.reload_every == 0) {
       const fs::path dir = fs::absolute(fs::path(c.out) / ("drafter-step-" + std::to_string(step)));
-      save_drafter(*module, dc, dir.string(), fz.cfg.vocab_size, c.init);
+      save_drafter(module, dc, dir.string(), fz.cfg.vocab_size, c.init);
       progress->event({{"event", "reload"}, {"step", step}, {"path", dir.string()},
                        {"answers", src->reload_drafter(dir.string())}});
     }
   };
-  module->train();
+  module.train();
   CachingAllocatorStats alloc_before;  // for each step's tensor_blocks
   if (const CachingCpuAllocator* a = CachingCpuAllocator::installed()) alloc_before = a->stats();
-  constexpr int64_t kTimePlanSteps = 20;
   const double loop_start = now_seconds();
   while (step < total_steps) {
     const double lr = sched.at(step);
     for (auto& g : opt.param_groups()) static_cast<torch::optim::AdamWOptions&>(g.options()).lr(lr);
     opt.zero_grad();
-    double local_loss = 0;
-    int64_t local_tokens = 0;
-    int taken = 0;
-    std::vector<OnlineItem> items;  // online: where this step's samples came from (no tensors)
-    for (int i = 0; i < per_rank; ++i) {
-      TrainSample s;
-      uint64_t anchor_seed;
-      if (src) {
-        std::optional<OnlineItem> it = src->pop();
-        if (!it) break;
-        s = to_device(std::move(it->sample), device);
-        anchor_seed = c.seed * 1000003ull + uint64_t(it->prompt) * 7919ull;
-        items.push_back(std::move(*it));
-      } else {
-        const int64_t global = step * c.batch + int64_t(c.rank) * per_rank + i;
-        auto [idx, epoch] = sample_at(global);
-        s = data->load(idx);
-        anchor_seed = c.seed * 1000003ull + idx * 7919ull + epoch;
-      }
-      ++taken;
-      local_tokens += int64_t(s.tokens.size());
-      torch::Tensor loss = c.method == SpecMethod::Eagle3 ? eagle3_sequence_loss(eagle, fz, s, c, bf16)
-                                                          : block_sequence_loss(block, fz, s, c, bf16, anchor_seed, nullptr);
-      if (!loss.defined()) continue;
-      (loss / double(c.batch)).backward();
-      local_loss += loss.item<double>() / double(c.batch);
-    }
-    if (taken == 0) {  // online: every prompt is trained, failed or not needed
+    RankBatch b = backward_rank_batch(d, fz, c, bf16, step, per_rank, src.get(), data ? &*data : nullptr,
+                                      plan.n_train, device);
+    if (b.taken == 0) {  // online: every prompt is trained, failed or not needed
       exhausted = true;
       break;
     }
-    if (taken < per_rank) {  // the stream's last, short step: the mean over the samples it has
-      const double scale = double(per_rank) / double(taken);
-      for (auto& p : module->parameters())
-        if (p.grad().defined()) p.mutable_grad().mul_(scale);
-      local_loss *= scale;
-    }
-    // Average gradients over processes (each holds sum_i loss_i / batch of its share).
-    for (auto& p : module->parameters()) {
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      all_reduce_sum(pg.get(), p.mutable_grad());
-    }
-    auto stats = torch::tensor({local_loss, double(local_tokens)}, torch::kFloat64);
+    reduce_gradients(module, pg.get(), b, per_rank);
+    auto stats = torch::tensor({b.loss, double(b.tokens)}, torch::kFloat64);
     all_reduce_sum(pg.get(), stats);
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(module->parameters(), c.clip);
+    const double grad_norm = torch::nn::utils::clip_grad_norm_(module.parameters(), c.clip);
     opt.step();
     last = stats[0].item<double>();
     tokens += int64_t(stats[1].item<double>());
-    for (const OnlineItem& it : items) src->trained(it, step + 1);
+    for (const OnlineItem& it : b.items) src->trained(it, step + 1);
     if (lead) {
       json fields = {{"loss", last}, {"lr", lr}, {"grad_norm", grad_norm}};
-      // The tensor cache (train/caching_allocator.h), to tell a growing cache from a leak.
-      if (const CachingCpuAllocator* a = CachingCpuAllocator::installed()) {
-        const CachingAllocatorStats s = a->stats();
-        auto mib = [](std::size_t b) { return std::round(double(b) / double(1 << 20) * 10) / 10; };
-        fields["tensor_mib"] = {{"live", mib(s.live_bytes)}, {"cached", mib(s.cached_bytes)},
-                                {"peak_live", mib(s.peak_live_bytes)}};
-        // This step's requests of cached sizes, and how many the cache served.
-        fields["tensor_blocks"] = {{"requests", s.allocations - alloc_before.allocations},
-                                   {"reused", s.reused - alloc_before.reused},
-                                   {"evicted", s.evicted - alloc_before.evicted}};
-        alloc_before = s;
-        // glibc's heap: in use and free but kept (blocks below the mmap threshold, main.cpp), and
-        // mapped blocks (the tensor cache's, live and cached, among them).
-#if defined(__GLIBC__) && (__GLIBC__ > 2 || __GLIBC_MINOR__ >= 33)
-        const struct mallinfo2 mi = mallinfo2();
-        fields["heap_mib"] = {{"used", mib(mi.uordblks)}, {"free", mib(mi.fordblks)},
-                              {"mmapped", mib(mi.hblkhd)}};
-#endif
-        // Resident memory at the same point of every step, after its tensors are freed: within a
-        // step it rises by the part of the working set the cache did not hold (the sample's
-        // length decides), so samples taken from outside at random times swing by that much.
-        if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
-          unsigned long long size = 0, resident = 0;
-          if (std::fscanf(f, "%llu %llu", &size, &resident) == 2)
-            fields["rss_mib"] = mib(std::size_t(resident) * std::size_t(sysconf(_SC_PAGESIZE)));
-          std::fclose(f);
-        }
-      }
+      add_memory_fields(fields, alloc_before);
       if (src) {
         fields.update(src->step_fields());
-        fields["samples"] = taken;
+        fields["samples"] = b.taken;
         progress->set_status(src->status_line());
       }
       progress->step(step, tokens, fields);
     }
     ++step;
     ++run_steps;
-    if (c.time_limit > 0 && run_steps == kTimePlanSteps) {
-      // --time-limit: the steps that fit at the rate of the first ones, the schedule over them.
-      const double spent = now_seconds() - loop_start, per_step = spent / double(run_steps);
-      const int64_t fit = step + int64_t(std::max(0.0, c.time_limit - spent) / per_step);
-      if (fit < total_steps) {
-        total_steps = std::max(step, fit);
-        sched.total_steps = total_steps;
-        sched.warmup_steps = int64_t(std::ceil(c.warmup_ratio * double(total_steps)));
-        if (lead) {
-          progress->set_total(total_steps);
-          progress->event({{"event", "time_limit"}, {"seconds", c.time_limit}, {"seconds_per_step", per_step},
-                           {"steps", total_steps}});
-        }
-      }
-    }
+    fit_time_limit(c, step, run_steps, loop_start, total_steps, sched, lead ? progress.get() : nullptr);
     const bool stop_now = run_steps == c.stop_after;
     if (lead && (step % c.save_every == 0 || step == total_steps || stop_now)) checkpoint();
     if (stop_now) {
@@ -816,30 +937,8 @@ double train_drafter(const DrafterTrainConfig& cfg) {
   }
   const bool finished = !stopped && (step == total_steps || exhausted);
   if (lead && src && finished && saved_step != step) checkpoint();
-  if (lead && finished && (src || step == total_steps)) {
-    // Validation loss on held-out samples (offline).
-    torch::NoGradGuard ng;
-    module->eval();
-    double vsum = 0;
-    int vcount = 0;
-    for (size_t i = n_train; i < n_total; ++i) {
-      TrainSample s = data->load(i);
-      torch::Tensor loss = c.method == SpecMethod::Eagle3 ? eagle3_sequence_loss(eagle, fz, s, c, bf16)
-                                                          : block_sequence_loss(block, fz, s, c, bf16, c.seed + i, nullptr);
-      if (!loss.defined()) continue;
-      vsum += loss.item<double>();
-      ++vcount;
-    }
-    save_drafter(*module, dc, (fs::path(c.out) / "drafter").string(), fz.cfg.vocab_size, c.init);
-    json done = {{"event", "done"}, {"step", step}, {"drafter", (fs::path(c.out) / "drafter").string()}};
-    if (!src) done["validation_loss"] = vcount ? vsum / vcount : 0.0;
-    if (src) {
-      src->stop(/*complete=*/true);  // and the sweep: nothing of this run stays in the store
-      done["online"] = src->summary();
-    }
-    progress->event(done);
-    progress->finish();
-  }
+  if (lead && finished && (src || step == total_steps))
+    finish_run(d, dc, fz, c, bf16, plan, data ? &*data : nullptr, src.get(), *progress, step);
   if (src) src->stop(false);
   return last;
 }

@@ -10,8 +10,8 @@
 #include <iostream>
 #include <sstream>
 
-#include "cli/args.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "core/mmap_file.h"
 #include "core/timer.h"
 #include "train/caching_allocator.h"

@@ -6,7 +6,7 @@
 #include <chrono>
 #include <thread>
 
-#include "bench/http_error.h"
+#include "client/http_error.h"
 #include "core/error.h"
 #include "core/timer.h"
 

@@ -1,8 +1,8 @@
 // The online trainer's client of OpenAI-compatible servers (dspark serve; vLLM with a
 // hidden-states connector): chat requests whose responses name the stored hidden states
 // (../shared/reference/vllm_mooncake.md 4.4, "Trainer request path"), the servers' load, and the
-// drafter hot-reload call. URLs, GET and transport errors come from the benchmark client
-// (bench/server_api.h), which links no model code.
+// drafter hot-reload call. URLs, GET and transport errors come from the HTTP client
+// (client/server_api.h), which links no model code.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/server_api.h"
+#include "client/server_api.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {

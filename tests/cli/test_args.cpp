@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/args.h"
 #include "core/error.h"
+#include "core/flags.h"
 
 namespace dspark {
 namespace {

@@ -1,4 +1,4 @@
-// The client of `dspark bench serve` (src/bench): SSE and Prometheus parsing, how a streamed
+// The client of `dspark bench serve` (src/client): SSE and Prometheus parsing, how a streamed
 // response is timed, percentiles, Poisson arrivals, URLs and the server's start-up line, sweep
 // configs and ratios, the SVG plot, and a whole run against an in-process fake OpenAI server
 // with failing requests (counted, never thrown).
@@ -14,14 +14,14 @@
 #include <fstream>
 #include <thread>
 
-#include "bench/latency_stats.h"
-#include "bench/load_run.h"
-#include "bench/prom_text.h"
-#include "bench/server_process.h"
-#include "bench/sse.h"
-#include "bench/stream_request.h"
-#include "bench/svg_plot.h"
-#include "bench/sweep.h"
+#include "client/latency_stats.h"
+#include "client/load_run.h"
+#include "client/prom_text.h"
+#include "client/server_process.h"
+#include "client/sse.h"
+#include "client/stream_request.h"
+#include "client/svg_plot.h"
+#include "client/sweep.h"
 
 namespace dspark {
 namespace {

@@ -320,8 +320,9 @@ namespace {
 // `dspark bench step --sps-out FILE` writes the curve that a speculative config names: one entry
 // per step size B = 1 .. --max-step-tokens (serve's --max-num-batched-tokens, 2048, by default),
 // positive and never rising (a larger step is never faster), for the K it was asked for; and
-// bench spec's scheduler runs on it (token-identical at f32, every verification length counted).
-TEST(BenchStep, SpsOutWritesTheCurveTheSchedulerLoads) {
+// bench spec's adaptive verification length runs on it (token-identical at f32, every verification
+// length counted).
+TEST(BenchStep, SpsOutWritesTheCurveTheLengthPolicyLoads) {
   const std::string models = DSPARK_MODELS_DIR;
   char tmpl[] = "/tmp/dspark_bench_step_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
@@ -367,7 +368,7 @@ TEST(BenchStep, SpsOutWritesTheCurveTheSchedulerLoads) {
   for (const auto& c : counts) rounds += c.get<int64_t>();
   EXPECT_EQ(rounds, j["all"]["rounds"].get<int64_t>());
   // A curve measured on another CPU, with other kernels, threads or dtype is refused, naming the
-  // file and the field: the scheduler's lengths are only right on the machine it describes.
+  // file and the field: the policy's lengths are only right on the machine it describes.
   const json good = json::parse(slurp(curve));
   for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
            {"cpu", "Some Other CPU (avx2 fma)"}, {"gemm", "reference"}, {"threads", 7}, {"dtype", "BF16"}}) {

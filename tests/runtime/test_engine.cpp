@@ -2,8 +2,9 @@
 // - f32 greedy output of every request equals `generate` alone, at every concurrency, with
 //   chunked prefill, staggered arrivals and preemption;
 // - a sampled request's output depends only on the request (seed-and-position keyed streams);
-// - concurrent sampled requests at mixed temperatures, with the batch-aware scheduler, follow the
-//   target's exact distribution, and a scheduler that looks at the token it admits fails that test;
+// - concurrent sampled requests at mixed temperatures, with the batch-aware length policy, follow
+//   the target's exact distribution, and a length policy that looks at the token it admits fails
+//   that test;
 // - aborts free the request's KV blocks.
 #include <gtest/gtest.h>
 
@@ -19,7 +20,7 @@
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/spec_generate.h"
-#include "spec_decode/prefix_scheduler.h"
+#include "spec_decode/verify_length_prefix.h"
 
 namespace dspark {
 namespace {
@@ -376,29 +377,30 @@ std::map<int, ChiSquare> batched_fit(Tiny& t, std::unique_ptr<VerifyLengthPolicy
   return fit;
 }
 
-TEST(EngineLossless, ConcurrentSampledRequestsFollowTheTargetWithTheBatchScheduler) {
+TEST(EngineLossless, ConcurrentSampledRequestsFollowTheTargetWithTheBatchLengthPolicy) {
   for (bool block : {false, true}) {
     Tiny t;
-    // A cost curve on which the batch scheduler cuts blocks depending on everyone's confidences.
+    // A cost curve on which the batch length policy cuts blocks depending on everyone's
+    // confidences.
     std::vector<double> sps{0.0};
     for (int b = 1; b <= 40; ++b) sps.push_back(1.0 / (1.0 + 0.06 * b));
-    auto sched = std::make_unique<PrefixScheduler>(sps);
+    auto sched = std::make_unique<PrefixLengthPolicy>(sps);
     EngineMetrics m;
     const auto fit = batched_fit(t, std::move(sched), block, 3500, &m);
     ASSERT_EQ(fit.size(), 2u);
     for (const auto& [c, cs] : fit)
       EXPECT_GT(cs.p_value, 0.001) << (block ? "block" : "token-level") << " class " << c
                                    << ": chi2 " << cs.statistic << " dof " << cs.dof;
-    // The scheduler chose several lengths, and drafts were both accepted and rejected.
+    // The policy chose several lengths, and drafts were both accepted and rejected.
     int lengths_used = 0;
     for (int64_t n : m.spec_verify_length_hist) lengths_used += n > 0;
-    EXPECT_GE(lengths_used, 3) << "the scheduler always chose the same length";
+    EXPECT_GE(lengths_used, 3) << "the policy always chose the same length";
     EXPECT_GT(m.spec_num_accepted_tokens, 0);
     EXPECT_LT(m.spec_num_accepted_tokens, m.spec_num_draft_tokens);
   }
 }
 
-TEST(EngineLossless, ASchedulerThatLooksAtTheTokenFailsTheSameTest) {
+TEST(EngineLossless, ALengthPolicyThatLooksAtTheTokenFailsTheSameTest) {
   Tiny t;
   const auto fit = batched_fit(t, std::make_unique<TokenPeekingPolicy>(), false, 3500, nullptr);
   ASSERT_EQ(fit.size(), 2u);

@@ -1,6 +1,6 @@
 // Speculative decoding: configuration, drafter checkpoints, and losslessness by tests that
 // can fail: f32 greedy equals plain greedy; sampled output follows the target's distribution
-// (chi-square), and a broken verifier or an anticipating scheduler does not.
+// (chi-square), and a broken verifier or an anticipating length policy does not.
 #include <gtest/gtest.h>
 
 #include "../error_of.h"
@@ -22,8 +22,8 @@
 #include "spec_decode/draft_vocab.h"
 #include "spec_decode/drafter.h"
 #include "spec_decode/drafters.h"
-#include "spec_decode/prefix_scheduler.h"
 #include "spec_decode/verify.h"
+#include "spec_decode/verify_length_prefix.h"
 #include "stats.h"
 
 namespace dspark {
@@ -141,13 +141,13 @@ TEST(SpecConfig, ErrorsNameTheField) {
     load_drafter(sc, *target, DType::F32);
   });
   EXPECT_NE(msg.find("confidence head"), std::string::npos) << msg;
-  // So does the scheduler.
+  // So does the adaptive verification length.
   msg = error_of([&] {
     SpecConfig sc = SpecConfig::parse(R"({"model": ")" + (dir / "noconf").string() + R"(", "enable_adaptive_verification": true})");
     load_drafter(sc, *target, DType::F32);
   });
   EXPECT_NE(msg.find("'enable_adaptive_verification' needs a DSpark drafter with a confidence head"), std::string::npos) << msg;
-  // A valid scheduler config: an explicit curve is kept as given.
+  // A valid adaptive config: an explicit curve is kept as given.
   SpecConfig ok = SpecConfig::parse(R"({"model": ")" + d + R"(", "enable_adaptive_verification": true, "dspark_sps_curve": [100, 60.5]})");
   EXPECT_TRUE(ok.adaptive_verification);
   EXPECT_EQ(ok.sps_curve, (std::vector<double>{100, 60.5}));
@@ -650,7 +650,7 @@ TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
       EXPECT_LT(m.drafted, m.proposed) << "the threshold never cut a draft";
     }
   }
-  // The hardware-aware scheduler as the CLI builds it from the config: a steep explicit cost
+  // The hardware-aware length policy as the CLI builds it from the config: a steep explicit cost
   // curve (it must cut blocks) and the "auto" one, profiled on the target.
   for (bool automatic : {false, true}) {
     nlohmann::json j = {{"model", h.drafter("dspark")}, {"num_speculative_tokens", 4}, {"enable_adaptive_verification", true}};
@@ -661,7 +661,7 @@ TEST(SpecLossless, F32GreedyIsTokenIdenticalForEveryMethod) {
     SpecMetrics m;
     EXPECT_EQ(h.spec(prompt, gp, *drafter, sc, *policy, &m).tokens, want) << (automatic ? "auto curve" : "explicit curve");
     if (!automatic) {
-      EXPECT_LT(m.drafted, m.proposed) << "the scheduler never cut a draft on a steep curve";
+      EXPECT_LT(m.drafted, m.proposed) << "the length policy never cut a draft on a steep curve";
     }
   }
 }
@@ -732,7 +732,7 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
     std::string kind;
     bool probabilistic, block;
     float thr;
-    bool scheduler = false;  // the prefix scheduler on a fixed curve instead of a threshold
+    bool adaptive = false;   // the prefix length policy on a fixed curve instead of a threshold
     bool int8 = false;       // the drafter loaded in bf16 with "quantization": "int8"
   };
   std::vector<Case> cases;
@@ -766,7 +766,7 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
     s.std = 0.6f;
     const std::string dir = c.kind == "ngram" ? "" : h.drafter(c.kind, s);
     SpecConfig sc = config_for(c.kind, dir, c.kind.starts_with("dflash") ? 4 : 3, c.probabilistic, c.block, c.thr);
-    if (c.scheduler) {
+    if (c.adaptive) {
       sc.adaptive_verification = true;
       sc.sps_curve = {1.0, 0.8, 0.7, 0.6};  // lengths 1 to 3 depending on the confidences
     }
@@ -777,15 +777,15 @@ TEST(SpecLossless, SampledOutputFollowsTheTargetDistribution) {
     // a toy target drafting loses, and the gate then drafts only in rare probes), while this test
     // needs every round's lengths chosen from the confidences. The gate reads past steps'
     // timings only, never a draft, so it cannot bias what is sampled.
-    if (auto* ps = dynamic_cast<PrefixScheduler*>(policy.get())) ps->learn_drafting_cost(false);
+    if (auto* ps = dynamic_cast<PrefixLengthPolicy*>(policy.get())) ps->learn_drafting_cost(false);
     SpecMetrics m;
     const ChiSquare cs = sampled_fit(h, *drafter, sc, *policy, sp, exact, n_tokens, runs, &m);
     EXPECT_GT(cs.p_value, 0.001) << c.kind << (c.int8 ? " int8" : "") << (c.probabilistic ? " probabilistic" : " greedy-draft")
                                  << (c.block ? " block" : " standard") << " thr " << c.thr
-                                 << (c.scheduler ? " scheduler" : "") << ": chi2 " << cs.statistic << " dof " << cs.dof;
-    if (c.scheduler) {
-      EXPECT_LT(m.drafted, m.proposed) << "the scheduler never cut a draft";
-      EXPECT_GT(m.drafted, m.rounds) << "the scheduler never verified more than one draft";
+                                 << (c.adaptive ? " adaptive" : "") << ": chi2 " << cs.statistic << " dof " << cs.dof;
+    if (c.adaptive) {
+      EXPECT_LT(m.drafted, m.proposed) << "the length policy never cut a draft";
+      EXPECT_GT(m.drafted, m.rounds) << "the length policy never verified more than one draft";
     }
     // The verifier was exercised: drafts were both accepted and rejected.
     EXPECT_GT(m.accepted, 0) << c.kind;
@@ -864,8 +864,8 @@ TEST(SpecLossless, AppendixACounterexample) {
     return counts;
   };
   const int n = 40000;
-  PrefixScheduler algorithm1(sps);
-  AnticipatingScheduler global(sps);
+  PrefixLengthPolicy algorithm1(sps);
+  AnticipatingLengthPolicy global(sps);
   auto good = run(algorithm1, n), bad = run(global, n);
   EXPECT_GT(chi_square(good, {0.7, 0.3}).p_value, 0.001) << good[0] << " / " << good[1];
   EXPECT_LT(chi_square(bad, {0.7, 0.3}).p_value, 0.001) << bad[0] << " / " << bad[1];

@@ -1,4 +1,4 @@
-#include "bench/sse.h"
+#include "client/sse.h"
 
 namespace dspark {
 

@@ -1,4 +1,4 @@
-#include "bench/latency_stats.h"
+#include "client/latency_stats.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "spec_decode/prefix_scheduler.h"
+#include "spec_decode/verify_length_prefix.h"
 
 #include <algorithm>
 #include <bit>
@@ -9,8 +9,8 @@
 
 namespace dspark {
 
-double PrefixScheduler::step_seconds(int b) const {
-  if (sps_.size() < 2) fail("prefix scheduler: empty SPS table");
+double PrefixLengthPolicy::step_seconds(int b) const {
+  if (sps_.size() < 2) fail("prefix length policy: empty SPS table");
   const int last = int(sps_.size()) - 1;
   double t = 1.0 / sps_[size_t(std::clamp(b, 1, last))];
   if (b > last && last >= 2) {  // extrapolate the step time, never below the last entry's
@@ -30,35 +30,35 @@ size_t gate_index(int requests, size_t context_bucket) {
 }
 }  // namespace
 
-void PrefixScheduler::set_contexts(std::span<const int> positions) {
+void PrefixLengthPolicy::set_contexts(std::span<const int> positions) {
   double mean = 0;
   for (int p : positions) mean += double(p);
   mean /= double(std::max<size_t>(1, positions.size()));
   context_bucket_ = size_t(std::bit_width(unsigned(std::max(0.0, mean) / 256.0)));
 }
 
-PrefixScheduler::Gate& PrefixScheduler::gate(int requests) {
+PrefixLengthPolicy::Gate& PrefixLengthPolicy::gate(int requests) {
   const size_t b = gate_index(requests, context_bucket_);
   if (gates_.size() <= b) gates_.resize(b + 1);
   return gates_[b];
 }
 
-const PrefixScheduler::Gate* PrefixScheduler::find_gate(int requests) const {
+const PrefixLengthPolicy::Gate* PrefixLengthPolicy::find_gate(int requests) const {
   const size_t b = gate_index(requests, context_bucket_);
   return b < gates_.size() ? &gates_[b] : nullptr;
 }
 
-double PrefixScheduler::measured_gain(int requests) const {
+double PrefixLengthPolicy::measured_gain(int requests) const {
   const Gate* g = find_gate(requests);
   return g && g->measured() ? g->rate_gain() : 0.0;
 }
 
-double PrefixScheduler::predicted_gain(int requests) const {
+double PrefixLengthPolicy::predicted_gain(int requests) const {
   const Gate* g = find_gate(requests);
   return g ? g->gain : 0.0;
 }
 
-bool PrefixScheduler::should_draft(int requests) {
+bool PrefixLengthPolicy::should_draft(int requests) {
   if (!learn_) return true;  // no drafting cost measured: Algorithm 1 alone decides
   ++steps_;
   Gate& g = gate(requests);
@@ -96,7 +96,7 @@ void learn_cost(double x, int64_t& n, double& mean, double& used, double cell) {
 }
 }  // namespace
 
-void PrefixScheduler::observe_drafting(double seconds) {
+void PrefixLengthPolicy::observe_drafting(double seconds) {
   if (!learn_ || !(seconds >= 0)) return;
   learn_cost(seconds, observed_, draft_s_, draft_q_, step_seconds(1) * kCostGrid);
 }
@@ -107,12 +107,12 @@ namespace {
 // at half the plain rate that takes 3.5 plain steps (8 requests on 2 cores) waits about 90.
 int affordable_gap(double plain_rate, int requests, int tokens, double seconds) {
   const double lost = (plain_rate * seconds - double(tokens)) / double(std::max(1, requests));
-  return int(std::clamp(std::ceil(lost / PrefixScheduler::kProbeBudget), 0.0,
-                        double(PrefixScheduler::kProbeLongest)));
+  return int(std::clamp(std::ceil(lost / PrefixLengthPolicy::kProbeBudget), 0.0,
+                        double(PrefixLengthPolicy::kProbeLongest)));
 }
 }  // namespace
 
-void PrefixScheduler::observe_step(int requests, bool drafted, int tokens, double seconds,
+void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, double seconds,
                                    int decode_rows, int other_rows) {
   if (!learn_ || !(seconds > 0) || decode_rows <= 0) return;
   // A step with prompt chunks measures mostly their prefill, which it pays whether it drafts or
@@ -153,7 +153,7 @@ void PrefixScheduler::observe_step(int requests, bool drafted, int tokens, doubl
   learn_cost(o, over_n_, over_s_, over_q_, step_seconds(1) * kCostGrid);
 }
 
-void PrefixScheduler::choose(std::span<const Draft* const> drafts, std::span<int> lengths) {
+void PrefixLengthPolicy::choose(std::span<const Draft* const> drafts, std::span<int> lengths) {
   struct Cand {
     double a;
     int r, j;  // request, position (1-based)

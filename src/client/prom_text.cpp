@@ -1,4 +1,4 @@
-#include "bench/prom_text.h"
+#include "client/prom_text.h"
 
 #include <cctype>
 #include <cmath>

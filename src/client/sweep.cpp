@@ -1,4 +1,4 @@
-#include "bench/sweep.h"
+#include "client/sweep.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,10 +1,10 @@
-#include "bench/server_api.h"
+#include "client/server_api.h"
 
 #include <httplib.h>
 
 #include <cctype>
 
-#include "bench/http_error.h"
+#include "client/http_error.h"
 #include "core/error.h"
 
 namespace dspark {

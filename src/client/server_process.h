@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/server_api.h"
+#include "client/server_api.h"
 
 namespace dspark {
 

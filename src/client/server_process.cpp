@@ -1,4 +1,4 @@
-#include "bench/server_process.h"
+#include "client/server_process.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,5 +1,5 @@
 // The concurrency sweep of `dspark bench serve --sweep`: for each serving configuration (plain
-// decoding, DSpark with full blocks, DSpark with the adaptive scheduler, by default) a server is
+// decoding, DSpark with full blocks, DSpark with the adaptive verification length, by default) a server is
 // started (or a given one is used) and every concurrency is run against it, in one process, so
 // that all points are measured side by side. Then the ratios the serving goals are stated in.
 #pragma once
@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/load_run.h"
-#include "bench/server_process.h"
-#include "bench/svg_plot.h"
+#include "client/load_run.h"
+#include "client/server_process.h"
+#include "client/svg_plot.h"
 
 namespace dspark {
 

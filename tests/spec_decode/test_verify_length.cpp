@@ -1,4 +1,4 @@
-// The prefix scheduler (Algorithm 1) and its cost model: zero-length rounds, skipping the drafter
+// The prefix length policy (Algorithm 1) and its cost model: zero-length rounds, skipping the drafter
 // when its cost alone loses and probing back, the SPS curve from a profile (rounded so that two
 // profiles give the same lengths) and from a `dspark bench step --sps-out` file.
 #include <gtest/gtest.h>
@@ -18,8 +18,8 @@
 #include "kernels/gemm.h"
 #include "runtime/spec_generate.h"
 #include "runtime/step_profile.h"
-#include "spec_decode/prefix_scheduler.h"
 #include "spec_decode/spec_config.h"
+#include "spec_decode/verify_length_prefix.h"
 
 namespace dspark {
 namespace {
@@ -40,7 +40,7 @@ Draft draft_of(std::vector<float> conf) {
   return d;
 }
 
-int length_of(PrefixScheduler& s, const Draft& d) {
+int length_of(PrefixLengthPolicy& s, const Draft& d) {
   const Draft* dp = &d;
   int l = -1;
   s.choose(std::span<const Draft* const>(&dp, 1), std::span<int>(&l, 1));
@@ -48,15 +48,15 @@ int length_of(PrefixScheduler& s, const Draft& d) {
 }
 
 // The learned drafting cost: a round's fixed cost makes verifying more drafts worth it.
-TEST(PrefixScheduler, LearnedDraftingCostLengthensBlocks) {
+TEST(PrefixLengthPolicy, LearnedDraftingCostLengthensBlocks) {
   // Step time B seconds for B tokens; every conditional confidence 0.6.
   const std::vector<double> sps = {0.0, 1.0, 0.5, 1.0 / 3, 0.25, 0.2};
   const Draft d = draft_of({0.6f, 0.6f, 0.6f, 0.6f});
-  PrefixScheduler fixed(sps);
+  PrefixLengthPolicy fixed(sps);
   fixed.observe_drafting(10.0);  // ignored unless learning is on
   // Theta: 1 / 1 at l = 0 beats 1.6 / 2 at l = 1.
   EXPECT_EQ(length_of(fixed, d), 0);
-  PrefixScheduler learning(sps);
+  PrefixLengthPolicy learning(sps);
   learning.learn_drafting_cost(true);
   EXPECT_EQ(length_of(learning, d), 0) << "nothing observed yet: the curve alone";
   learning.observe_drafting(5.0);
@@ -69,8 +69,8 @@ TEST(PrefixScheduler, LearnedDraftingCostLengthensBlocks) {
 
 // The drafting cost in use sits on a grid of t(1) / 32 and moves only when the mean leaves its
 // cell by a quarter more: a mean that wanders around a cell edge does not flip it.
-TEST(PrefixScheduler, DraftingCostHasHysteresis) {
-  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+TEST(PrefixLengthPolicy, DraftingCostHasHysteresis) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
   const double cell = 1.0 / 32;
   s.observe_drafting(10.5 * cell);  // the first: rounded, 10 or 11 cells
@@ -86,8 +86,8 @@ TEST(PrefixScheduler, DraftingCostHasHysteresis) {
 
 // Zero drafts verified: confidences too low for their rows, with expensive drafting. Every draft
 // verified: confident drafts on a nearly flat curve.
-TEST(PrefixScheduler, ZeroLengthForUnlikelyDraftsFullLengthForLikelyOnes) {
-  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+TEST(PrefixLengthPolicy, ZeroLengthForUnlikelyDraftsFullLengthForLikelyOnes) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
   s.observe_drafting(0.5);
   // l = 0: 1 / 1.5; l = 1: 1.1 / 1.75 < 1 / 1.5.
@@ -98,7 +98,7 @@ TEST(PrefixScheduler, ZeroLengthForUnlikelyDraftsFullLengthForLikelyOnes) {
   // The same confidences with a first draft that pays for its row (0.3 / 0.25 > 1 / 1.5).
   EXPECT_GE(length_of(s, draft_of({0.3f, 0.05f, 0.9f, 0.9f})), 1);
 
-  PrefixScheduler flat(line_sps(1.0, 0.01, 9));
+  PrefixLengthPolicy flat(line_sps(1.0, 0.01, 9));
   flat.learn_drafting_cost(true);
   flat.observe_drafting(0.1);
   EXPECT_EQ(length_of(flat, draft_of({0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f})), 8);
@@ -109,14 +109,14 @@ TEST(PrefixScheduler, ZeroLengthForUnlikelyDraftsFullLengthForLikelyOnes) {
 // When rounds predict a loss the steps are plain ones without drafting; one drafted probe after
 // kProbeFirst steps, then twice as long each time (at most kProbeMax); a probe that predicts a
 // gain resumes drafting.
-TEST(PrefixScheduler, SkipsDraftingWhenItsCostLosesAndProbesBack) {
-  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+TEST(PrefixLengthPolicy, SkipsDraftingWhenItsCostLosesAndProbesBack) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
   s.observe_drafting(2.0);  // drafting costs two target steps
   const Draft weak = draft_of({0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f});
   const Draft strong = draft_of({0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f});
   std::vector<int> drafted_at;
-  const int n = 2 + 4 + 8 + 16 + 3 * PrefixScheduler::kProbeMax + 1;
+  const int n = 2 + 4 + 8 + 16 + 3 * PrefixLengthPolicy::kProbeMax + 1;
   for (int i = 0; i < n; ++i)
     if (s.should_draft(1)) {
       drafted_at.push_back(i);
@@ -133,7 +133,7 @@ TEST(PrefixScheduler, SkipsDraftingWhenItsCostLosesAndProbesBack) {
   EXPECT_TRUE(s.should_draft(2));
   // The text becomes predictable: the next probe finds it, and every step drafts again.
   int first = -1;
-  for (int i = 0; i < PrefixScheduler::kProbeMax + 1 && first < 0; ++i)
+  for (int i = 0; i < PrefixLengthPolicy::kProbeMax + 1 && first < 0; ++i)
     if (s.should_draft(1)) {
       first = i;
       EXPECT_EQ(length_of(s, strong), 8);
@@ -147,16 +147,16 @@ TEST(PrefixScheduler, SkipsDraftingWhenItsCostLosesAndProbesBack) {
   }
   EXPECT_GT(s.predicted_gain(1), 1.5);
   // Without a measured drafting cost (learning off) Algorithm 1 alone decides: always draft.
-  PrefixScheduler fixed(line_sps(1.0, 0.25, 9));
+  PrefixLengthPolicy fixed(line_sps(1.0, 0.25, 9));
   for (int i = 0; i < 10; ++i) {
     EXPECT_TRUE(fixed.should_draft(1));
     length_of(fixed, weak);
   }
 }
 
-// One step of one request as the engine runs it, timed: drafted steps (the scheduler choosing
+// One step of one request as the engine runs it, timed: drafted steps (the policy choosing
 // lengths for `d`) yield `tokens` in `seconds`, plain ones 1 token in 1 s. Whether it drafted.
-bool timed_step(PrefixScheduler& s, const Draft& d, int tokens, double seconds) {
+bool timed_step(PrefixLengthPolicy& s, const Draft& d, int tokens, double seconds) {
   if (!s.should_draft(1)) {
     s.observe_step(1, false, 1, 1.0, 1, 0);
     return false;
@@ -171,8 +171,8 @@ bool timed_step(PrefixScheduler& s, const Draft& d, int tokens, double seconds) 
 // at half the plain steps' tokens per second stop; the plain steps are probed, and once a probe
 // measures a gain, drafting resumes; a probe that costs more waits longer. While drafting wins by
 // far, plain steps come only one in kExploreRarely.
-TEST(PrefixScheduler, MeasuredRatesOverruleThePrediction) {
-  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+TEST(PrefixLengthPolicy, MeasuredRatesOverruleThePrediction) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
   s.observe_drafting(0.5);
   const Draft strong = draft_of({0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f});
@@ -180,7 +180,7 @@ TEST(PrefixScheduler, MeasuredRatesOverruleThePrediction) {
   int drafted = 0;
   for (int i = 0; i < 200; ++i) drafted += step(2, 4.0);  // 0.5 tokens/s against 1
   EXPECT_GT(s.predicted_gain(1), 1.05) << "the prediction must still say drafting wins";
-  EXPECT_LT(s.predicted_gain(1), PrefixScheduler::kFarAhead)
+  EXPECT_LT(s.predicted_gain(1), PrefixLengthPolicy::kFarAhead)
       << "(not by far: then plain steps are rare)";
   EXPECT_NEAR(s.measured_gain(1), 0.5, 0.05);
   EXPECT_LT(drafted, 40) << "drafting that measures a loss must stop (probes only)";
@@ -192,9 +192,9 @@ TEST(PrefixScheduler, MeasuredRatesOverruleThePrediction) {
   EXPECT_GE(late, 2) << "but still come";
   // Drafting becomes fast (3 tokens/s): the next probe measures it and drafting resumes.
   int plain = 0;
-  for (int i = 0; i < PrefixScheduler::kProbeLongest + 1; ++i) step(6, 2.0);
-  for (int i = 0; i < 2 * PrefixScheduler::kExploreRarely; ++i) plain += !step(6, 2.0);
-  EXPECT_GT(s.measured_gain(1), PrefixScheduler::kFarAhead);
+  for (int i = 0; i < PrefixLengthPolicy::kProbeLongest + 1; ++i) step(6, 2.0);
+  for (int i = 0; i < 2 * PrefixLengthPolicy::kExploreRarely; ++i) plain += !step(6, 2.0);
+  EXPECT_GT(s.measured_gain(1), PrefixLengthPolicy::kFarAhead);
   EXPECT_LE(plain, 2 * 2)
       << "far ahead, plain steps only one in kExploreRarely (after the first kExploreEvery)";
   EXPECT_GE(plain, 1) << "the plain steps' rate must still be measured now and then";
@@ -202,8 +202,8 @@ TEST(PrefixScheduler, MeasuredRatesOverruleThePrediction) {
 
 // Before enough steps are measured, the prediction judges the probes; one that cost 4 plain steps
 // (1 token in 5 s against 1 a second) still spaces the next by 4 / kProbeBudget = 200 steps.
-TEST(PrefixScheduler, CostlyProbesWaitLongerBeforeTheRatesAreMeasured) {
-  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+TEST(PrefixLengthPolicy, CostlyProbesWaitLongerBeforeTheRatesAreMeasured) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
   s.observe_drafting(2.0);  // the prediction says drafting loses
   const Draft weak = draft_of({0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f});
@@ -215,8 +215,8 @@ TEST(PrefixScheduler, CostlyProbesWaitLongerBeforeTheRatesAreMeasured) {
 
 // Each context bucket has its own gate: drafting that loses on a long prompt (1,500 cached
 // positions) stops there, and a short prompt still drafts.
-TEST(PrefixScheduler, GatesAreKeptPerContext) {
-  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+TEST(PrefixLengthPolicy, GatesAreKeptPerContext) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
   s.observe_drafting(0.5);
   const Draft d = draft_of({0.7f, 0.7f, 0.7f, 0.7f});
@@ -238,9 +238,9 @@ TEST(PrefixScheduler, GatesAreKeptPerContext) {
 
 // A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps
 // look cheaper than they are against rounds that yield several tokens.
-TEST(PrefixScheduler, PlainStepOverheadCountsOnBothSides) {
+TEST(PrefixLengthPolicy, PlainStepOverheadCountsOnBothSides) {
   auto gain_with = [](double overhead) {
-    PrefixScheduler s(line_sps(1.0, 0.25, 9));
+    PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
     s.learn_drafting_cost(true);
     s.observe_drafting(1.0);
     for (int i = 0; i < 8; ++i) s.observe_step(1, false, 1, 1.0 + overhead, 1, 0);
@@ -257,8 +257,8 @@ TEST(PrefixScheduler, PlainStepOverheadCountsOnBothSides) {
 // judge nothing. Here drafted steps run at half the plain steps' rate, and one step in four carries
 // a prompt that takes 20 s: counted, those steps would sink the plain rate (4 tokens in 23 s
 // against 12 in 26 s) and make drafting look 2x ahead. With 15 requests, as in the server.
-TEST(PrefixScheduler, StepsWithPromptChunksJudgeNothing) {
-  PrefixScheduler s(line_sps(1.0, 0.25, 9));
+TEST(PrefixLengthPolicy, StepsWithPromptChunksJudgeNothing) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
   s.observe_drafting(0.5);
   const int R = 15;
@@ -309,7 +309,7 @@ std::vector<StepPoint> noisy_points(int K, double a, double rho, double jitter, 
 // decision threshold finely: constant, decreasing, and one weak position.
 std::vector<int> lengths_for(const std::vector<double>& sps, int K) {
   std::vector<int> out;
-  PrefixScheduler s(sps);
+  PrefixLengthPolicy s(sps);
   for (int i = 1; i < 1000; ++i) {
     const float c = float(i) / 1000;
     std::vector<float> flat(size_t(K), c), falling(size_t(K), 0.0f), dip(size_t(K), 0.95f);
@@ -415,7 +415,7 @@ TEST(SpsCurve, BenchStepFileLoadsAndABadOneIsNamed) {
   const std::vector<double> sps = profile_sps_curve(*target, DType::F32, K, 16);
   {
     // This machine's values, as bench step writes them (another machine's are refused:
-    // BenchStep.SpsOutWritesTheCurveTheSchedulerLoads).
+    // BenchStep.SpsOutWritesTheCurveTheLengthPolicyLoads).
     nlohmann::json f = {{"model", "small"},
                         {"dtype", dtype_name(DType::F32)},
                         {"threads", num_threads()},
@@ -432,7 +432,7 @@ TEST(SpsCurve, BenchStepFileLoadsAndABadOneIsNamed) {
   SpecConfig sc = SpecConfig::parse(head + "\"" + file + "\"}");
   ASSERT_EQ(sc.sps_curve.size(), sps.size() - 1);
   auto policy = make_verify_policy(sc, *target, DType::F32);
-  auto* sched = dynamic_cast<PrefixScheduler*>(policy.get());
+  auto* sched = dynamic_cast<PrefixLengthPolicy*>(policy.get());
   ASSERT_NE(sched, nullptr);
   sched->observe_drafting(1e-3);
   EXPECT_GT(sched->drafting_cost(), 0) << "a loaded curve must learn the drafting cost too";

@@ -1,4 +1,4 @@
-#include "bench/load_run.h"
+#include "client/load_run.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,8 +7,8 @@
 #include <random>
 #include <thread>
 
-#include "bench/latency_stats.h"
-#include "bench/stream_request.h"
+#include "client/latency_stats.h"
+#include "client/stream_request.h"
 #include "core/error.h"
 
 namespace dspark {

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/server_api.h"
+#include "client/server_api.h"
 
 namespace dspark {
 

@@ -1,4 +1,5 @@
-// Args: a small command-line parser for `dspark <command> --flag value ...`.
+// Args: a small command-line flag parser for `dspark <command> --flag value ...` and
+// `dspark-train <command> ...` (in core so that no library depends on the app folder, src/cli).
 #pragma once
 
 #include <cstdint>

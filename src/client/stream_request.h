@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/server_api.h"
+#include "client/server_api.h"
 
 namespace dspark {
 

@@ -1,5 +1,6 @@
-// How many drafted tokens each request verifies this step. This is the seam where the
-// calibrated, hardware-aware scheduler (DSpark Algorithm 1) plugs in.
+// The verification length: how many drafted tokens each request verifies this step. This is the
+// seam where the calibrated, hardware-aware length policy (DSpark Algorithm 1,
+// verify_length_prefix.h) plugs in.
 //
 // A policy must be non-anticipating: whether draft k is verified may depend on c_1..c_k
 // (which see x_1..x_{k-1}) but never on x_k itself, or the output stops being the target's.

@@ -1,4 +1,4 @@
-// The parts of a dspark (or vLLM) server's HTTP API that the benchmark client reads: the base URL,
+// The parts of a dspark (or vLLM) server's HTTP API that the client reads: the base URL,
 // GET /health, GET /v1/models and the speculative-decoding counters of GET /metrics.
 #pragma once
 
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/prom_text.h"
+#include "client/prom_text.h"
 
 namespace dspark {
 

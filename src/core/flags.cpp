@@ -1,4 +1,4 @@
-#include "cli/args.h"
+#include "core/flags.h"
 
 #include <cctype>
 #include <cerrno>

@@ -1,12 +1,12 @@
-#include "bench/stream_request.h"
+#include "client/stream_request.h"
 
 #include <httplib.h>
 
 #include <chrono>
 #include <nlohmann/json.hpp>
 
-#include "bench/http_error.h"
-#include "bench/sse.h"
+#include "client/http_error.h"
+#include "client/sse.h"
 
 namespace dspark {
 

@@ -1,4 +1,4 @@
-#include "bench/report.h"
+#include "client/report.h"
 
 #include <cmath>
 #include <string>

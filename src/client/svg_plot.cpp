@@ -1,4 +1,4 @@
-#include "bench/svg_plot.h"
+#include "client/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-// DSpark's hardware-aware prefix scheduler (Algorithm 1): admit (request, position) pairs in
+// DSpark's hardware-aware prefix length policy (Algorithm 1): admit (request, position) pairs in
 // descending prefix-survival a_{r,j} = prod_{i<=j} c_{r,i} while the expected throughput
 // Theta = (sum_r 1 + sum_{j<=l_r} a_{r,j}) * SPS(B), B = sum_r (1 + l_r), keeps improving.
 // The early stop at the first non-improvement is what keeps it lossless: the decision on
@@ -8,15 +8,15 @@
 #include <cstdint>
 #include <vector>
 
-#include "spec_decode/length_policy.h"
+#include "spec_decode/verify_length.h"
 
 namespace dspark {
 
-class PrefixScheduler : public VerifyLengthPolicy {
+class PrefixLengthPolicy : public VerifyLengthPolicy {
  public:
   // sps[B]: target steps per second for a batch of B tokens (index 0 unused); beyond the table
   // the step time grows linearly with the slope of its last two entries.
-  explicit PrefixScheduler(std::vector<double> sps) : sps_(std::move(sps)) {}
+  explicit PrefixLengthPolicy(std::vector<double> sps) : sps_(std::move(sps)) {}
   // Algorithm 1, l = 0 for every request included: with the round's drafting time d (already
   // spent when the lengths are chosen) a length-l round yields tau / (t(B) + d) tokens per
   // second, and the scan starts from all lengths 0 (R / (t(R) + d)), so when no first draft is
@@ -137,9 +137,9 @@ class PrefixScheduler : public VerifyLengthPolicy {
 namespace testing {
 // The retrospective global argmax over all prefixes (Algorithm 1 without the early stop).
 // Because c_{k+1} depends on x_k, this lets x_k decide whether x_k is verified: biased.
-class AnticipatingScheduler : public PrefixScheduler {
+class AnticipatingLengthPolicy : public PrefixLengthPolicy {
  public:
-  using PrefixScheduler::PrefixScheduler;
+  using PrefixLengthPolicy::PrefixLengthPolicy;
 
  protected:
   bool early_stop() const override { return false; }

@@ -25,9 +25,12 @@ $(BUILD)/demo-model/config.json: | build
 # What the demo target is, said first: the demo shows speed with identical output, not answers.
 DEMO_WHAT = $(if $(wildcard models/demo/config.json),the demo target is a 22M-parameter Qwen3-style model trained on 2 CPU cores: its answers are often wrong; what the demo shows is speed with identical output,no models/demo: a random model (its text is noise); what the demo shows is speed with identical output)
 DEMO_DRAFTER ?= models/demo-dspark
-# Out-of-domain prompts for the demo's second line (never copied into the repository).
-SPEC_BENCH ?= ../shared/data/spec_bench.jsonl
-SPEC_BENCH_PER_CATEGORY ?= 2
+# Out-of-domain prompts for the demo's last line: the repository's own small set, written for the
+# demo (9 categories: math, code, writing, chat, summarization, extraction, translation, qa,
+# reasoning). Spec-Bench or MT-Bench run the same way with DEMO_OOD_PROMPTS=path/to/question.jsonl
+# (docs/performance.md, "Prompt sets", says where to get them).
+DEMO_OOD_PROMPTS ?= bench/prompts/demo.jsonl
+DEMO_OOD_PER_CATEGORY ?= 2
 # The drafter's weights in int8 where the CPU has AVX512-BF16 (the kernels that read them); the
 # target stays bf16, so the output is the same (docs/speculative.md, "int8 drafter weights").
 comma := ,
@@ -38,7 +41,8 @@ DEMO_SPEC_SCHED = {$(DEMO_SPEC_FIELDS), "enable_adaptive_verification": true}
 
 # The demo target answers a prompt; with the committed DSpark drafter it then answers again with
 # speculative decoding, and benchmarks plain against speculative decoding on held-out math prompts:
-# full 8-token blocks, then with the hardware-aware prefix scheduler choosing each round's length.
+# full 8-token blocks, then with the hardware-aware prefix scheduler choosing each round's length;
+# last, with the scheduler, on prompts out of the drafter's math domain (DEMO_OOD_PROMPTS).
 demo: build $(if $(wildcard models/demo/config.json),,$(BUILD)/demo-model/config.json)
 	@echo "== $(DEMO_WHAT) =="
 	$(BUILD)/dspark generate --model $(DEMO_MODEL) --chat --prompt "$(DEMO_PROMPT)" --max-tokens 128
@@ -52,13 +56,9 @@ ifneq ($(wildcard $(DEMO_DRAFTER)/config.json),)
 	@echo; echo "== the same with the prefix scheduler (enable_adaptive_verification) =="
 	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC_SCHED)' \
 	  --prompts $(DEMO_DRAFTER)/math_prompts.jsonl --max-tokens 128
-ifneq ($(wildcard $(SPEC_BENCH)),)
-	@echo; echo "== out of domain: Spec-Bench, $(SPEC_BENCH_PER_CATEGORY) prompts of each of its 13 categories, with the prefix scheduler =="
+	@echo; echo "== out of domain: $(DEMO_OOD_PROMPTS), $(DEMO_OOD_PER_CATEGORY) prompts of each category, with the prefix scheduler =="
 	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC_SCHED)' \
-	  --prompts $(SPEC_BENCH) --per-category $(SPEC_BENCH_PER_CATEGORY) --max-tokens 64
-else
-	@echo; echo "== Spec-Bench skipped: $(SPEC_BENCH) is not there (set SPEC_BENCH=path/to/spec_bench.jsonl) =="
-endif
+	  --prompts $(DEMO_OOD_PROMPTS) --per-category $(DEMO_OOD_PER_CATEGORY) --max-tokens 64
 endif
 
 clean:

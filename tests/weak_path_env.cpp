@@ -1,5 +1,5 @@
-// The second run of a test binary on the weaker kernels: CMake registers test_kernels and
-// test_spec twice, the second time with DSPARK_TEST_WEAK_PATH=avx2 (which sets DSPARK_GEMM=avx2
+// The second run of a test binary on the weaker kernels: CMake registers test_kernels, test_spec
+// and test_context_limit twice, the second time with DSPARK_TEST_WEAK_PATH=avx2 (which sets DSPARK_GEMM=avx2
 // before any test runs, so Auto means avx2 in every test), so that
 // a CPU with AVX512-BF16 (whose default backend is avx512bf16) also runs the AVX2 paths. On a
 // CPU without it the default already is avx2 and the first run covered it: every test of the

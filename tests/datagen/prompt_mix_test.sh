@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # `dspark datagen prompts` on a real corpus (the Debian packages of scripts/corpus-deps.sh):
 # every kind is there, the file is deterministic, and, at the drafter recipe's size, no training
-# prompt shares an 8-word n-gram with the evaluation sets of ../shared/data (MT-Bench,
-# Spec-Bench); `datagen overlap` must catch a planted copy, and bad flags are refused.
+# prompt shares an 8-word n-gram with the evaluation sets: the repository's demo prompt set
+# (bench/prompts/demo.jsonl) always, and MT-Bench and Spec-Bench when they are in ../shared/data
+# beside the checkout (else that part is left out, saying so); `datagen overlap` must catch a
+# planted copy, and bad flags are refused.
+#   prompt_mix_test.sh DSPARK DEMO_PROMPTS SHARED_DATA_DIR
 set -euo pipefail
 dspark="$1"
-shared="$2"
+demo="$2"
+shared="$3"
 t="$(mktemp -d)"
 trap 'rm -rf "$t"' EXIT
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -14,10 +18,14 @@ if ! bash "$here/../../scripts/corpus-deps.sh" --check > "$t/deps" 2>&1; then
   echo "SKIP: the corpus packages are missing ($(cat "$t/deps")); scripts/install-deps.sh installs them"
   exit 77
 fi
-evals="$shared/spec_bench.jsonl,$shared/mt_bench.jsonl"
-if [ ! -f "$shared/spec_bench.jsonl" ] || [ ! -f "$shared/mt_bench.jsonl" ]; then
-  echo "SKIP: the evaluation sets are not at $shared"
-  exit 77
+[ -f "$demo" ] || { echo "the demo prompt set $demo is missing"; exit 1; }
+evals="$demo"
+if [ -f "$shared/spec_bench.jsonl" ] && [ -f "$shared/mt_bench.jsonl" ]; then
+  have_shared=1
+  evals="$evals,$shared/spec_bench.jsonl,$shared/mt_bench.jsonl"
+else
+  have_shared=0
+  echo "note: Spec-Bench and MT-Bench are not at $shared: the training prompts are checked against the demo prompt set only"
 fi
 
 "$dspark" corpus build --out "$t/c" --seed 1 --no-install > /dev/null 2> "$t/log" || { cat "$t/log"; exit 1; }
@@ -49,19 +57,24 @@ PY
   || { echo "training prompts share an 8-word n-gram with the evaluation sets:"; cat "$t/ov"; exit 1; }
 grep -q '^overlap: 0 of 40000' "$t/ov" || { cat "$t/ov"; exit 1; }
 
-# A planted copy, re-cased and re-punctuated, is caught and named.
-python3 - "$shared/spec_bench.jsonl" "$t/p.jsonl" "$t/planted.jsonl" <<'PY'
+# A planted copy, re-cased and re-punctuated, is caught and named: a demo prompt (line 13), and
+# a Spec-Bench prompt (line 201) when Spec-Bench is there.
+plant() {  # plant EVAL_FILE LINE NAME
+  python3 - "$1" "$2" "$t/p.jsonl" "$t/planted.jsonl" <<'PY'
 import json, sys
-rec = json.loads(open(sys.argv[1]).readlines()[200])
+rec = json.loads(open(sys.argv[1]).readlines()[int(sys.argv[2]) - 1])
 copy = "Please help. " + rec["turns"][0].upper().replace(",", " ;")
-lines = open(sys.argv[2]).readlines()[:100]
+lines = open(sys.argv[3]).readlines()[:100]
 lines.insert(50, json.dumps({"kind": "writing", "prompt": copy}) + "\n")
-open(sys.argv[3], "w").writelines(lines)
+open(sys.argv[4], "w").writelines(lines)
 PY
-if "$dspark" datagen overlap --prompts "$t/planted.jsonl" --against "$evals" > "$t/ov2"; then
-  echo "a planted copy of a Spec-Bench prompt went undetected"; cat "$t/ov2"; exit 1
-fi
-grep -q 'prompt 50 shares' "$t/ov2" && grep -q 'spec_bench.jsonl:201' "$t/ov2" || { cat "$t/ov2"; exit 1; }
+  if "$dspark" datagen overlap --prompts "$t/planted.jsonl" --against "$evals" > "$t/ov2"; then
+    echo "a planted copy of a $3 prompt went undetected"; cat "$t/ov2"; exit 1
+  fi
+  grep -q 'prompt 50 shares' "$t/ov2" && grep -q "$(basename "$1"):$2" "$t/ov2" || { cat "$t/ov2"; exit 1; }
+}
+plant "$demo" 13 "demo"
+if [ "$have_shared" = 1 ]; then plant "$shared/spec_bench.jsonl" 201 "Spec-Bench"; fi
 
 # --exclude replaces a prompt that copies an evaluation record by one of the same kind.
 "$dspark" datagen prompts --corpus "$t/c" --count 100 --seed 3 --out "$t/small.jsonl" > /dev/null

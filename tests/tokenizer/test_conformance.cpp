@@ -1,7 +1,7 @@
 // Conformance of dspark_tokenizer with the reference JavaScript implementation on the real
 // Qwen3 and Llama-3 tokenizer.json files. The cases come from conformance/gen_cases.mjs:
 //
-//   tokenizer_conformance_test MANIFEST.json [gtest flags]
+//   test_tokenizer_conformance MANIFEST.json [gtest flags]
 //
 // For every case: encode(text) must equal the JS ids; decode(ids) must equal the JS decode and
 // the round-trip text (the input as the tokenizer normalizes it: NFC per added-token section
@@ -40,7 +40,7 @@ struct Report {
 };
 
 TEST(TokenizerConformance, MatchesReferenceImplementation) {
-  ASSERT_FALSE(g_manifest.empty()) << "usage: tokenizer_conformance_test MANIFEST.json";
+  ASSERT_FALSE(g_manifest.empty()) << "usage: test_tokenizer_conformance MANIFEST.json";
   std::ifstream mf(g_manifest);
   ASSERT_TRUE(mf) << "cannot open " << g_manifest;
   const json manifest = json::parse(mf);

@@ -1,5 +1,5 @@
 // `dspark tokenize` against the reference JavaScript tokenizers on the real files.
-//   node cli_conformance.mjs DSPARK_BINARY NPM_DIR MANIFEST.json
+//   node cli_conformance_test.mjs DSPARK_BINARY NPM_DIR MANIFEST.json
 // For each variant, joins the first cases' texts into one document, encodes it with the JS
 // tokenizer and with `dspark tokenize --json` (and --add-special-tokens), then decodes the ids
 // with `dspark tokenize --decode`; ids and text must match.

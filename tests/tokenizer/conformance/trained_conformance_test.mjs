@@ -1,7 +1,7 @@
 // Conformance of a tokenizer trained by `dspark tokenizer train` with the reference JavaScript
 // implementation (@lenml/tokenizers, a fork of transformers.js):
 //
-//   node trained_conformance.mjs DSPARK_BINARY NPM_DIR WORK_DIR
+//   node trained_conformance_test.mjs DSPARK_BINARY NPM_DIR WORK_DIR
 //
 // Generates a training text, trains a 2048-token tokenizer with the dspark CLI, loads the
 // resulting tokenizer.json + tokenizer_config.json with the JS library, and checks on a few
@@ -19,7 +19,7 @@ import { pathToFileURL } from "node:url";
 
 const [dspark, npmDir, workDir] = process.argv.slice(2);
 if (!dspark || !npmDir || !workDir) {
-  console.error("usage: node trained_conformance.mjs DSPARK_BINARY NPM_DIR WORK_DIR");
+  console.error("usage: node trained_conformance_test.mjs DSPARK_BINARY NPM_DIR WORK_DIR");
   process.exit(2);
 }
 fs.mkdirSync(workDir, { recursive: true });

@@ -6,12 +6,11 @@
 
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "core/rng.h"
 #include "data/python_code.h"
 #include "data/text_util.h"
 
 namespace dspark::datagen {
-
-using data::Rng;
 
 const std::vector<PromptKind>& prompt_mix_kinds() {
   static const std::vector<PromptKind> k = {
@@ -218,7 +217,7 @@ bool plant_bug(const std::string& body, Rng& rng, std::string* out) {
 
 class Builder {
  public:
-  Builder(Sources s, uint64_t seed) : s_(std::move(s)), rng_(seed) {}
+  Builder(Sources s, uint64_t seed) : s_(std::move(s)), rng_(Rng::from_word(seed)) {}
 
   std::vector<std::string> make(const std::string& kind) {
     if (kind == "corpus_instruction") return {pick(s_.instructions)};
@@ -469,7 +468,7 @@ std::vector<MixedPrompt> build_prompt_mix(const std::string& corpus_dir, int64_t
       out.push_back(std::move(p));
     }
   // Fisher-Yates with the mix's own generator: any prefix is a mix of every kind.
-  Rng shuffle(data::mix64(seed ^ 0x73687566666c65ull));
+  Rng shuffle = Rng::from_word(data::mix64(seed ^ 0x73687566666c65ull));
   for (size_t i = out.size(); i > 1; --i) std::swap(out[i - 1], out[size_t(shuffle.below(i))]);
   for (size_t i = 0; i < out.size(); ++i) out[i].prompt.id = int64_t(i);
   return out;

@@ -14,7 +14,7 @@
 #include "model/forward.h"
 #include "runtime/context_limit.h"
 #include "runtime/generate.h"
-#include "sample/rng.h"
+#include "core/rng.h"
 
 namespace dspark::datagen {
 

@@ -16,7 +16,7 @@
 #include "datagen/regen_file.h"
 #include "fixtures.h"
 #include "model/forward.h"
-#include "sample/rng.h"
+#include "core/rng.h"
 
 namespace dspark::testing {
 namespace {

@@ -11,6 +11,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "core/rng.h"
@@ -653,7 +654,7 @@ void write_domain(DomainOut& d, const std::string& dir, int prompts_per_domain) 
     const std::string rel = d.name + "/" + corpus_splits()[size_t(s)] + ".jsonl";
     write_file_atomic(dir + "/" + rel, out.data(), out.size());
     d.split_files[s] = rel;
-    d.split_crc[s] = crc32_of(out.data(), out.size());
+    d.split_crc[s] = crc32_bytes(out.data(), out.size());
     d.split_file_bytes[s] = int64_t(out.size());
   }
   // Evaluation prompts from the test split, in its order; at most 25 per document (code files
@@ -674,7 +675,7 @@ void write_domain(DomainOut& d, const std::string& dir, int prompts_per_domain) 
   fs::create_directories(dir + "/prompts");
   d.prompts_file = "prompts/" + d.name + ".jsonl";
   write_file_atomic(dir + "/" + d.prompts_file, out.data(), out.size());
-  d.prompts_crc = crc32_of(out.data(), out.size());
+  d.prompts_crc = crc32_bytes(out.data(), out.size());
   d.stats.prompts = count;
 }
 
@@ -719,11 +720,10 @@ bool up_to_date(const std::string& dir, const ojson& config) {
     return false;
   for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
     const std::string f = dir + "/" + it.key();
-    uint32_t want;
-    if (!it.value().is_object() || !it.value().contains("crc32") || !it.value()["crc32"].is_string() ||
-        !parse_crc32_hex(it.value()["crc32"].get<std::string>(), &want))
+    if (!it.value().is_object() || !it.value().contains("crc32") || !it.value()["crc32"].is_string())
       return false;
-    if (!fs::exists(f, ec) || crc32_of_file(f) != want) return false;
+    const auto want = crc32_from_hex(it.value()["crc32"].get<std::string>());
+    if (!want || !fs::exists(f, ec) || crc32_file(f) != *want) return false;
   }
   return true;
 }

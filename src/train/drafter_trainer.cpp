@@ -414,7 +414,7 @@ void check_dataset(const HiddenDataset& data, const DrafterTrainConfig& c) {
   const std::string recorded = target.is_object() ? target.value("config_crc32", std::string()) : std::string();
   if (!recorded.empty()) {  // datasets written without the target's CRC cannot be checked
     const std::string config = (fs::path(c.target) / "config.json").string();
-    const std::string now = datagen::crc32_hex(crc32_file(config));
+    const std::string now = crc32_hex(crc32_file(config));
     if (now != recorded)
       fail(mp, ": field \"target.config_crc32\" is ", recorded, " but the --target config ", config, " has CRC32 ",
            now, ": the hidden states were computed from another target; pass that --target or recompute --data");

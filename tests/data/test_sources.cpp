@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "data/bible.h"
@@ -51,7 +52,7 @@ TEST(Compress, GzipMembersAndErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
   }
-  EXPECT_EQ(crc32_of("123456789", 9), 0xCBF43926u);  // the standard CRC-32 check value
+  EXPECT_EQ(crc32_bytes("123456789", 9), 0xCBF43926u);  // the standard CRC-32 check value
   EXPECT_EQ(crc32_hex(0xCBF43926u), "cbf43926");
 }
 

@@ -255,8 +255,7 @@ void check_model(const json& body, const ServedModel& m) {
   if (!v.is_string()) wrong_type("model", "a string", v);
   const std::string name = v.get<std::string>();
   if (name != m.name)
-    throw ApiError(404, "not_found_error", "The model `" + name + "` does not exist.", "model",
-                   "model_not_found");
+    throw Error("The model `" + name + "` does not exist.", ErrorKind::NotFound, "model");
 }
 
 uint64_t random_seed() {

@@ -1,4 +1,5 @@
-// OpenAI / vLLM request bodies, parsed and validated into engine requests (errors: ApiError 4xx).
+// OpenAI / vLLM request bodies, parsed and validated into engine requests. A refused request is an
+// Error (core/error.h) whose kind and param say how to answer it (server/errors.h: api_error).
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "runtime/request.h"
 
 namespace dspark {
 
@@ -31,7 +32,8 @@ void check_prompt_length(int64_t prompt_tokens, int max_model_len, int64_t kv_ca
 }
 
 int generation_budget(int64_t prompt_tokens, int max_tokens, int max_model_len) {
-  return int(std::clamp<int64_t>(int64_t(max_model_len) - prompt_tokens, 0, std::max(max_tokens, 0)));
+  const int64_t room = std::max<int64_t>(int64_t(max_model_len) - prompt_tokens, 0);
+  return int(max_tokens == kAsManyAsFit ? room : std::min<int64_t>(room, std::max(max_tokens, 0)));
 }
 
 }  // namespace dspark

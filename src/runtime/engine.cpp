@@ -108,19 +108,13 @@ uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
   constexpr ErrorKind kInvalid = ErrorKind::InvalidRequest;
   if (!accepting_) fail_request(ErrorKind::Unavailable, "", "the server is shutting down");
   GenerateParams& p = req.params;
-  p.sampling.validate();
+  p.validate();
   if (req.prompt.empty()) fail_request(kInvalid, "prompt", "prompt: the prompt has no tokens");
-  const int vocab = model_.config().vocab_size;
-  for (size_t i = 0; i < req.prompt.size(); ++i)
-    if (req.prompt[i] < 0 || req.prompt[i] >= vocab)
-      fail_request(kInvalid, "prompt", "prompt: token id ", req.prompt[i], " at index ", i,
-                   " is outside the vocabulary [0, ", vocab, ")");
+  check_token_ids(req.prompt, model_.config().vocab_size, "prompt");
   const int64_t n = int64_t(req.prompt.size());
   const int limit = int(std::min<int64_t>(max_model_len_, kv_capacity_tokens()));
   check_prompt_length(n, max_model_len_, kv_capacity_tokens());
-  if (p.max_tokens == 0 || p.max_tokens < -1)
-    fail_request(kInvalid, "max_tokens", "max_tokens: must be at least 1, got ", p.max_tokens);
-  if (p.max_tokens >= 0 && n + p.max_tokens > limit)
+  if (p.max_tokens != kAsManyAsFit && n + p.max_tokens > limit)
     fail_request(ErrorKind::ContextLengthExceeded, "max_tokens",
                  "max_tokens: this model's maximum context length is ", limit,
                  " tokens; the prompt has ", n, " and max_tokens asks for ", p.max_tokens,
@@ -130,7 +124,7 @@ uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
                  "kv_transfer_params: this server exports no hidden states (start it with a "
                  "--kv-transfer-config)");
   auto s = std::make_unique<RequestState>(0, std::move(req), std::move(on_output), tok_);
-  s->max_tokens = s->req.params.max_tokens < 0 ? int(limit - n) : s->req.params.max_tokens;
+  s->max_tokens = generation_budget(n, s->req.params.max_tokens, limit);
   s->target_len = int(n);
   s->arrival = now_seconds();
   std::lock_guard<std::mutex> lk(mu_);

@@ -281,6 +281,7 @@ struct HttpServer::Impl {
           "kv_transfer_params: this server exports no hidden states (start it with "
           "--kv-transfer-config)",
           "kv_transfer_params");
+    encode_prompt(r, model);  // every field is valid: only now is the prompt tokenized
     ResponseMeta meta =
         make_response_meta(kind, rid, model.name, r.return_token_ids,
                            r.return_token_ids ? r.engine.prompt : std::vector<int32_t>{});

@@ -222,13 +222,8 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Tra
   auto attend = [&](AttentionImpl& at, const torch::Tensor& in, int64_t l, const torch::Tensor& cos, const torch::Tensor& sin,
                     const torch::Tensor& att_mask) {
     const int64_t nh = at.n_heads, nkv = at.n_kv, hd = at.head_dim;
-    auto q = at.q_proj(in).view({n, nh, hd});
-    auto k = at.k_proj(in).view({n, nkv, hd});
-    auto v = at.v_proj(in).view({n, nkv, hd});
-    if (at.qk_norm) {
-      q = at.q_norm(q);
-      k = at.k_norm(k);
-    }
+    auto q = at.q_heads(in);
+    auto [k, v] = at.kv_heads(in);
     q = apply_rope(q.transpose(0, 1), cos, sin);
     ks[size_t(l)].push_back(apply_rope(k.transpose(0, 1), cos, sin));
     vs[size_t(l)].push_back(v.transpose(0, 1));

@@ -170,25 +170,13 @@ const json& field(const json& body, const char* name) {
 }
 
 const char* type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "an integer";
-    case json::value_t::number_float:
-      return "a number";
-    default:
-      return "an invalid value";
-  }
+  using T = json::value_t;
+  static const std::map<T, const char*> kNames = {
+      {T::null, "null"},           {T::boolean, "a boolean"},         {T::string, "a string"},
+      {T::array, "an array"},      {T::object, "an object"},          {T::number_integer, "an integer"},
+      {T::number_unsigned, "an integer"}, {T::number_float, "a number"}};
+  auto it = kNames.find(v.type());
+  return it == kNames.end() ? "an invalid value" : it->second;
 }
 
 [[noreturn]] void wrong_type(const std::string& name, const char* want, const json& v) {
@@ -454,6 +442,25 @@ ChatFormat chat_format(const ServedModel& m) {
   return *m.chat_format;
 }
 
+// What both generation endpoints check first: the fields the endpoint knows, and the model.
+OpenAiRequest new_request(ApiKind kind, const json& body, const FieldTable& fields,
+                          const ServedModel& m) {
+  check_fields(body, fields);
+  check_model(body, m);
+  OpenAiRequest r;
+  r.kind = kind;
+  return r;
+}
+
+// ... and last, the generation fields (max_tokens under its `max_names`), each then checked by
+// its one rule (GenerateParams::validate).
+void parse_generation(const json& body, const ServedModel& m,
+                      const std::vector<const char*>& max_names, OpenAiRequest& r) {
+  parse_common(body, m, r);
+  parse_max_tokens(body, max_names, r);
+  r.engine.params.validate();
+}
+
 // The messages in the chat template: the text a chat's prompt is tokenized from.
 std::string chat_text(const json& body, const ServedModel& m) {
   std::vector<ChatMessage> msgs = parse_messages(body);
@@ -491,10 +498,7 @@ json parse_json_body(const std::string& body) {
 }
 
 OpenAiRequest parse_completion_request(const json& body, const ServedModel& m) {
-  check_fields(body, completion_fields());
-  check_model(body, m);
-  OpenAiRequest r;
-  r.kind = ApiKind::Completion;
+  OpenAiRequest r = new_request(ApiKind::Completion, body, completion_fields(), m);
   const json& prompt = field(body, "prompt");
   r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(true);
   if (prompt.is_string()) {
@@ -520,26 +524,19 @@ OpenAiRequest parse_completion_request(const json& body, const ServedModel& m) {
   } else {
     wrong_type("prompt", "a string or an array of token ids", prompt);
   }
-  parse_common(body, m, r);
-  parse_max_tokens(body, {"max_tokens"}, r);
-  r.engine.params.validate();
+  parse_generation(body, m, {"max_tokens"}, r);
   return r;
 }
 
 OpenAiRequest parse_chat_request(const json& body, const ServedModel& m) {
-  check_fields(body, chat_fields());
-  check_model(body, m);
-  OpenAiRequest r;
-  r.kind = ApiKind::Chat;
+  OpenAiRequest r = new_request(ApiKind::Chat, body, chat_fields(), m);
   r.prompt_text = chat_text(body, m);
   r.add_special_tokens = chat_add_special_tokens(body);
-  parse_common(body, m, r);
+  parse_generation(body, m, {"max_completion_tokens", "max_tokens"}, r);
   // The chat template's end-of-turn tokens end the answer (unless the client ignores EOS).
   if (!get_bool(body, "ignore_eos").value_or(false))
     for (int32_t id : chat_stop_tokens(*m.tok, chat_format(m)))
       r.engine.params.stop_token_ids.push_back(id);
-  parse_max_tokens(body, {"max_completion_tokens", "max_tokens"}, r);
-  r.engine.params.validate();
   return r;
 }
 

@@ -204,6 +204,7 @@ int bench_spec(int argc, char** argv) {
   GenerateParams gp;
   length_from_flags(args, gp);
   gp.sampling = sampling_from_flags(args);
+  validate_flag_params(gp);
   const int limit = int(args.integer("limit", 0, kFlagIntMax));
   const int per_category = int(args.integer("per-category", 0, kFlagIntMax));
   // Opened before any work, so that an unwritable path is refused at once.

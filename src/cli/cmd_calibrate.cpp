@@ -52,6 +52,7 @@ int cmd_calibrate(int argc, char** argv) {
   GenerateParams gp;
   length_from_flags(args, gp);
   gp.sampling.temperature = float(args.number("temperature", 0, 1e6));
+  validate_flag_params(gp);
   const int64_t limit = args.integer("limit", 0, kFlagInt64Max);
   const uint64_t seed = uint64_t(args.integer("seed", 0, kFlagInt64Max));
   auto tok = Tokenizer::from_dir(target_dir);

@@ -95,8 +95,8 @@ int regenerate_cmd(int argc, char** argv) {
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, LoadOptions{dtype});
   opt.settings = {{"model", abs_path(dir)},
-                  {"config_crc32", datagen::crc32_hex(crc32_file((fs::path(dir) / "config.json").string()))},
-                  {"tokenizer_crc32", datagen::crc32_hex(crc32_file((fs::path(dir) / "tokenizer.json").string()))},
+                  {"config_crc32", crc32_hex(crc32_file((fs::path(dir) / "config.json").string()))},
+                  {"tokenizer_crc32", crc32_hex(crc32_file((fs::path(dir) / "tokenizer.json").string()))},
                   {"dtype", dtype_name(dtype)},
                   {"source", source},
                   {"max_tokens", opt.max_tokens},
@@ -148,7 +148,7 @@ int hidden_cmd(int argc, char** argv) {
   opt.limit = limit_flag(args);
   opt.progress = !args.on("no-progress");
   opt.target_path = abs_path(dir);
-  opt.target_config_crc32 = datagen::crc32_hex(crc32_file((fs::path(dir) / "config.json").string()));
+  opt.target_config_crc32 = crc32_hex(crc32_file((fs::path(dir) / "config.json").string()));
   auto model = Model::load(dir, LoadOptions{dtype});
   const datagen::HiddenStats st = datagen::extract_hidden(*model, abs_path(args.str("data")), args.str("out"), opt);
   std::printf("hidden: %lld samples in range, %lld already done, %lld written (%lld repaired); %lld tokens in %.2f s "

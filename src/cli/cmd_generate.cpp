@@ -43,6 +43,7 @@ int cmd_generate(int argc, char** argv) {
   length_from_flags(args, gp);
   gp.sampling = sampling_from_flags(args);
   gp.stop_strings = args.list("stop");
+  validate_flag_params(gp);
   const int64_t kv_tokens = args.integer("kv-tokens", kKvBlock, int64_t(1) << 28);
   const std::string prompt_text = args.on("prompt") ? args.str("prompt") : read_text_file(args.str("prompt-file"));
 

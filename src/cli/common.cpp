@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/error.h"
@@ -55,13 +56,23 @@ SamplingParams sampling_from_flags(const Args& args) {
 }
 
 void add_length_flags(Args& args, const std::string& default_max_tokens) {
-  args.flag("max-tokens", "tokens to generate at most per prompt", true, default_max_tokens)
+  args.flag("max-tokens", "tokens to generate at most per prompt (at least 1)", true, default_max_tokens)
       .flag("max-model-len", "prompt + output tokens at most (0: the model's max_position_embeddings)", true, "0");
 }
 
 void length_from_flags(const Args& args, GenerateParams& params) {
   params.max_tokens = int(args.integer("max-tokens", 0, kFlagIntMax));
   params.max_model_len = int(args.integer("max-model-len", 0, kFlagIntMax));
+}
+
+void validate_flag_params(const GenerateParams& params) {
+  try {
+    params.validate();
+  } catch (const Error& e) {
+    std::string flag = e.param();
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    fail("flag --", flag, ": ", e.what());
+  }
 }
 
 }  // namespace dspark

@@ -30,5 +30,8 @@ SamplingParams sampling_from_flags(const Args& args);
 void add_length_flags(Args& args, const std::string& default_max_tokens);
 // Reads them into params (max_model_len is checked against the config when generation starts).
 void length_from_flags(const Args& args, GenerateParams& params);
+// GenerateParams::validate (the rule each request field has everywhere) for parameters read from
+// flags, before any prompt is tokenized: an error names the flag (--max-tokens for max_tokens).
+void validate_flag_params(const GenerateParams& params);
 
 }  // namespace dspark

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <cctype>
+#include <map>
 
 #include "client/http_error.h"
 #include "core/error.h"
@@ -10,18 +11,14 @@
 namespace dspark {
 
 std::string transport_error(httplib::Error e) {
-  switch (e) {
-    case httplib::Error::Connection:
-      return "cannot connect (is the server running?)";
-    case httplib::Error::Read:
-      return "read failed or timed out (connection closed?)";
-    case httplib::Error::Write:
-      return "write failed (connection closed?)";
-    case httplib::Error::ConnectionTimeout:
-      return "connection timed out";
-    default:
-      return httplib::to_string(e);
-  }
+  using E = httplib::Error;
+  static const std::map<E, const char*> kPlain = {
+      {E::Connection, "cannot connect (is the server running?)"},
+      {E::Read, "read failed or timed out (connection closed?)"},
+      {E::Write, "write failed (connection closed?)"},
+      {E::ConnectionTimeout, "connection timed out"}};
+  auto it = kPlain.find(e);
+  return it == kPlain.end() ? httplib::to_string(e) : it->second;
 }
 
 std::string ServerUrl::text() const {

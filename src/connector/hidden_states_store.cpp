@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include "connector/store_common.h"
@@ -272,21 +273,12 @@ void HiddenSample::row_f32(int64_t t, int layer, float* out) const {
 }
 
 const char* why_name(SampleUnusable::Why why) {
-  switch (why) {
-    case SampleUnusable::Why::Timeout:
-      return "timeout";
-    case SampleUnusable::Why::ErrorManifest:
-      return "error_manifest";
-    case SampleUnusable::Why::BadManifest:
-      return "bad_manifest";
-    case SampleUnusable::Why::Missing:
-      return "missing";
-    case SampleUnusable::Why::Crc:
-      return "crc";
-    case SampleUnusable::Why::Shape:
-      return "shape";
-  }
-  return "?";
+  using W = SampleUnusable::Why;
+  static const std::map<W, const char*> kNames = {
+      {W::Timeout, "timeout"}, {W::ErrorManifest, "error_manifest"}, {W::BadManifest, "bad_manifest"},
+      {W::Missing, "missing"}, {W::Crc, "crc"},                     {W::Shape, "shape"}};
+  auto it = kNames.find(why);
+  return it == kNames.end() ? "?" : it->second;
 }
 
 namespace {

@@ -32,10 +32,18 @@ std::string crc32_hex(uint32_t crc) {
   return buf;
 }
 
+std::optional<uint32_t> crc32_from_hex(std::string_view s) {
+  if (s.size() != 8 || s.find_first_not_of("0123456789abcdef") != std::string_view::npos)
+    return std::nullopt;
+  uint32_t v = 0;
+  for (const char c : s) v = (v << 4) | uint32_t(c <= '9' ? c - '0' : c - 'a' + 10);
+  return v;
+}
+
 uint32_t parse_crc32_hex(const std::string& s, const std::string& where) {
-  if (s.size() != 8 || s.find_first_not_of("0123456789abcdef") != std::string::npos)
-    fail(where, ": expected a CRC32 as 8 lowercase hex digits, got \"", s, "\"");
-  return uint32_t(std::stoul(s, nullptr, 16));
+  const std::optional<uint32_t> crc = crc32_from_hex(s);
+  if (!crc) fail(where, ": expected a CRC32 as 8 lowercase hex digits, got \"", s, "\"");
+  return *crc;
 }
 
 }  // namespace dspark

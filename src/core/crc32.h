@@ -3,7 +3,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace dspark {
 
@@ -13,5 +15,7 @@ uint32_t crc32_file(const std::string& path);  // throws Error naming the path
 std::string crc32_hex(uint32_t crc);
 // Parses crc32_hex's output; throws Error naming `where` otherwise.
 uint32_t parse_crc32_hex(const std::string& s, const std::string& where);
+// crc32_hex's output parsed, or nullopt for anything else (for callers with their own message).
+std::optional<uint32_t> crc32_from_hex(std::string_view s);
 
 }  // namespace dspark

@@ -2,8 +2,8 @@
 
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -145,44 +145,6 @@ std::string lzw_decompress(std::string_view in, const std::string& what, int max
     oldcode = incode;
   }
   return out;
-}
-
-uint32_t crc32_of(const void* data, size_t n, uint32_t crc) {
-  const auto* p = static_cast<const Bytef*>(data);
-  uLong c = crc;
-  while (n > 0) {
-    const uInt chunk = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
-    c = ::crc32(c, p, chunk);
-    p += chunk;
-    n -= chunk;
-  }
-  return static_cast<uint32_t>(c);
-}
-
-uint32_t crc32_of_file(const std::string& path) {
-  MappedFile f(path);
-  return crc32_of(f.data(), f.size());
-}
-
-std::string crc32_hex(uint32_t crc) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%08x", crc);
-  return buf;
-}
-
-bool parse_crc32_hex(const std::string& s, uint32_t* out) {
-  if (s.size() != 8) return false;
-  uint32_t v = 0;
-  for (const char c : s) {
-    int d;
-    if (c >= '0' && c <= '9') d = c - '0';
-    else if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    else return false;
-    v = (v << 4) | uint32_t(d);
-  }
-  *out = v;
-  return true;
 }
 
 }  // namespace dspark::data

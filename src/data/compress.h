@@ -1,5 +1,5 @@
-// Decompression and checksums for the corpus sources: gzip / dictzip (zlib), Unix compress (LZW)
-// windows of the KJV data file, and zlib's CRC32.
+// Decompression for the corpus sources: gzip / dictzip (zlib) and Unix compress (LZW) windows of
+// the KJV data file. (Checksums: core/crc32.h.)
 #pragma once
 
 #include <cstddef>
@@ -20,10 +20,5 @@ void write_gzip_file(const std::string& path, std::string_view text);
 // One block of Unix `compress` (LZW, up to 16-bit codes, block mode, no 3-byte header), the way
 // the Bible Retrieval System stores each window. Errors name `what`.
 std::string lzw_decompress(std::string_view data, const std::string& what, int max_bits = 16);
-
-uint32_t crc32_of(const void* data, size_t n, uint32_t crc = 0);
-uint32_t crc32_of_file(const std::string& path);  // throws Error naming the path
-std::string crc32_hex(uint32_t crc);              // 8 lower-case hex digits
-bool parse_crc32_hex(const std::string& s, uint32_t* out);
 
 }  // namespace dspark::data

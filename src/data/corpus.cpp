@@ -11,8 +11,10 @@
 #include <thread>
 #include <unordered_set>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "core/rng.h"
 #include "core/timer.h"
 #include "data/bible.h"
 #include "data/compress.h"
@@ -334,7 +336,7 @@ std::string code_block(const std::string& code) {
 }
 
 void code_seeds(const PyFunction& f, uint64_t parent, int split, std::vector<Seed>* out) {
-  Rng rng(mix64(parent ^ hash64(f.name)));
+  Rng rng = Rng::from_word(mix64(parent ^ hash64(f.name)));
   const std::string sig = f.name + "(" + f.params + ")";
   {
     bool ok = false;
@@ -428,7 +430,7 @@ void load_gcide(Source& s, const CorpusOptions& opt) {
     if (!clean_gcide_entry(e.headword, e.body, &g)) continue;
     Doc d = make_doc(g.text, "prose");
     if (d.split == kTest) d.evals.push_back({"Define " + g.headword, g.definition});
-    Rng rng(mix64(d.hash ^ 0x646566ULL));
+    Rng rng = Rng::from_word(mix64(d.hash ^ 0x646566ULL));
     s.seeds.push_back({kDefine, d.split, replace_all(rng.pick(kAsk), "{}", g.headword), g.headword + ", " + g.definition});
     s.docs.push_back(std::move(d));
   }
@@ -510,7 +512,7 @@ void load_freedict(Source& s, const CorpusOptions& opt) {
     // The document's wording is chosen from the entry itself (not the seed), so a document's
     // identity, and with it its split, is the same in every build.
     const uint64_t h = hash64(pair + "\n" + f.headword + "\n" + answer);
-    Rng rng(h);
+    Rng rng = Rng::from_word(h);
     std::string text;
     if (rng.below(3) == 0) {
       text = from + ": " + f.headword + (f.pos.empty() ? "" : " (" + f.pos + ")") + "\n" + to + ": " + answer;
@@ -557,7 +559,7 @@ void generate_math(Source& s, uint64_t seed, int64_t cap) {
     Doc d = make_doc(p.text(), "math");
     if (!seen.insert(d.hash).second) continue;
     if (d.split == kTest) d.evals.push_back({p.question, p.answer_text});
-    Rng rng(d.hash);
+    Rng rng = Rng::from_word(d.hash);
     s.seeds.push_back({kMath, d.split, rng.pick(kLead) + p.question, p.solution});
     bytes += int64_t(d.text.size());
     s.docs.push_back(std::move(d));
@@ -652,7 +654,7 @@ void write_domain(DomainOut& d, const std::string& dir, int prompts_per_domain) 
     const std::string rel = d.name + "/" + corpus_splits()[size_t(s)] + ".jsonl";
     write_file_atomic(dir + "/" + rel, out.data(), out.size());
     d.split_files[s] = rel;
-    d.split_crc[s] = crc32_of(out.data(), out.size());
+    d.split_crc[s] = crc32_bytes(out.data(), out.size());
     d.split_file_bytes[s] = int64_t(out.size());
   }
   // Evaluation prompts from the test split, in its order; at most 25 per document (code files
@@ -673,7 +675,7 @@ void write_domain(DomainOut& d, const std::string& dir, int prompts_per_domain) 
   fs::create_directories(dir + "/prompts");
   d.prompts_file = "prompts/" + d.name + ".jsonl";
   write_file_atomic(dir + "/" + d.prompts_file, out.data(), out.size());
-  d.prompts_crc = crc32_of(out.data(), out.size());
+  d.prompts_crc = crc32_bytes(out.data(), out.size());
   d.stats.prompts = count;
 }
 
@@ -718,11 +720,10 @@ bool up_to_date(const std::string& dir, const ojson& config) {
     return false;
   for (auto it = m["files"].begin(); it != m["files"].end(); ++it) {
     const std::string f = dir + "/" + it.key();
-    uint32_t want;
-    if (!it.value().is_object() || !it.value().contains("crc32") || !it.value()["crc32"].is_string() ||
-        !parse_crc32_hex(it.value()["crc32"].get<std::string>(), &want))
+    if (!it.value().is_object() || !it.value().contains("crc32") || !it.value()["crc32"].is_string())
       return false;
-    if (!fs::exists(f, ec) || crc32_of_file(f) != want) return false;
+    const auto want = crc32_from_hex(it.value()["crc32"].get<std::string>());
+    if (!want || !fs::exists(f, ec) || crc32_file(f) != *want) return false;
   }
   return true;
 }

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <stdexcept>
 
+#include "core/rng.h"
 #include "data/text_util.h"
 
 namespace dspark::data {
@@ -768,10 +769,10 @@ const std::vector<std::string>& math_problem_kinds() {
 
 MathProblem generate_math_problem(uint64_t seed) {
   const auto& ts = templates();
-  Rng pick_rng(mix64(seed ^ 0x6d617468ULL));
+  Rng pick_rng = Rng::from_word(mix64(seed ^ 0x6d617468ULL));
   const auto& [kind, fn] = ts[size_t(pick_rng.below(ts.size()))];
   for (uint64_t attempt = 0;; ++attempt) {
-    Rng rng(mix64(seed * 0x9e3779b97f4a7c15ULL + attempt));
+    Rng rng = Rng::from_word(mix64(seed * 0x9e3779b97f4a7c15ULL + attempt));
     MathProblem p;
     p.kind = kind;
     Ctx c{rng, p, {}};

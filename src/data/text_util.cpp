@@ -220,38 +220,4 @@ std::string lower_ascii(std::string_view s) {
   return out;
 }
 
-Rng::Rng(uint64_t seed) {
-  uint64_t x = seed;
-  for (auto& v : s_) {
-    x += 0x9e3779b97f4a7c15ULL;
-    v = mix64(x);
-  }
-}
-
-uint64_t Rng::next() {
-  const auto rotl = [](uint64_t v, int k) { return (v << k) | (v >> (64 - k)); };
-  const uint64_t result = rotl(s_[1] * 5, 7) * 9;
-  const uint64_t t = s_[1] << 17;
-  s_[2] ^= s_[0];
-  s_[3] ^= s_[1];
-  s_[1] ^= s_[2];
-  s_[0] ^= s_[3];
-  s_[2] ^= t;
-  s_[3] = rotl(s_[3], 45);
-  return result;
-}
-
-uint64_t Rng::below(uint64_t n) {
-  // Rejection keeps it exactly uniform.
-  const uint64_t limit = ~uint64_t(0) - (~uint64_t(0) % n);
-  uint64_t v;
-  do v = next();
-  while (v >= limit);
-  return v % n;
-}
-
-int64_t Rng::range(int64_t lo, int64_t hi) { return lo + int64_t(below(uint64_t(hi - lo) + 1)); }
-
-bool Rng::chance(double p) { return double(next() >> 11) * (1.0 / 9007199254740992.0) < p; }
-
 }  // namespace dspark::data

@@ -1,6 +1,5 @@
 // Small text helpers shared by the corpus builder: UTF-8 repair, JSON escaping, hashing for
-// deduplication and splits, and a seeded random generator whose output is the same everywhere
-// (std:: distributions are implementation-defined, so they are not used).
+// deduplication and splits. (Its random draws come from core/rng.h, seeded with Rng::from_word.)
 #pragma once
 
 #include <cstdint>
@@ -33,20 +32,5 @@ bool starts_with(std::string_view s, std::string_view p);
 bool ends_with(std::string_view s, std::string_view p);
 std::string replace_all(std::string s, std::string_view from, std::string_view to);
 std::string lower_ascii(std::string_view s);
-
-// xoshiro256** seeded with splitmix64.
-class Rng {
- public:
-  explicit Rng(uint64_t seed);
-  uint64_t next();
-  uint64_t below(uint64_t n);                 // uniform in [0, n), n > 0
-  int64_t range(int64_t lo, int64_t hi);      // uniform in [lo, hi]
-  bool chance(double p);                      // true with probability p
-  template <class T>
-  const T& pick(const std::vector<T>& v) { return v[size_t(below(v.size()))]; }
-
- private:
-  uint64_t s_[4];
-};
 
 }  // namespace dspark::data

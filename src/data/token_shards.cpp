@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "core/crc32.h"
 #include "core/error.h"
-#include "data/compress.h"
 
 namespace dspark {
 
@@ -56,8 +56,9 @@ TokenShards TokenShards::open(const std::string& dir, const std::string& split, 
   else if (dtype == "uint32") t.elem_ = 4;
   else fail(mpath, ": field 'dtype' is '", dtype, "', expected uint16 or uint32");
   const json& tok = field(m, "tokenizer", "", mpath);
-  if (!data::parse_crc32_hex(string_field(tok, "crc32", "tokenizer.", mpath), &t.tokenizer_crc_))
-    fail(mpath, ": field 'tokenizer.crc32' is not 8 hex digits");
+  const auto tok_crc = crc32_from_hex(string_field(tok, "crc32", "tokenizer.", mpath));
+  if (!tok_crc) fail(mpath, ": field 'tokenizer.crc32' is not 8 hex digits");
+  t.tokenizer_crc_ = *tok_crc;
   t.vocab_size_ = int(int_field(tok, "vocab_size", "tokenizer.", mpath));
   t.eot_id_ = int32_t(int_field(tok, "eot_id", "tokenizer.", mpath));
   if (t.elem_ == 2 && t.vocab_size_ > 65536) fail(mpath, ": dtype uint16 cannot hold vocab size ", t.vocab_size_);
@@ -80,9 +81,8 @@ TokenShards TokenShards::open(const std::string& dir, const std::string& split, 
                           "domains[" + name + "].splits.", mpath);
     const std::string file = dir + "/" + string_field(s, "file", where, mpath);
     const int64_t tokens = int_field(s, "tokens", where, mpath);
-    uint32_t want_crc;
-    if (!data::parse_crc32_hex(string_field(s, "crc32", where, mpath), &want_crc))
-      fail(mpath, ": field '", where, "crc32' is not 8 hex digits");
+    const auto want_crc = crc32_from_hex(string_field(s, "crc32", where, mpath));
+    if (!want_crc) fail(mpath, ": field '", where, "crc32' is not 8 hex digits");
     if (!fs::exists(file)) fail(file, ": missing shard (listed in ", mpath, ")");
     Shard sh;
     sh.map = MappedFile(file);
@@ -90,9 +90,9 @@ TokenShards TokenShards::open(const std::string& dir, const std::string& split, 
     if (sh.map.size() != want_bytes)
       fail(file, ": truncated shard: ", sh.map.size(), " bytes, but ", mpath, " lists ", tokens, " ", dtype,
            " tokens (", want_bytes, " bytes)");
-    const uint32_t crc = data::crc32_of(sh.map.data(), sh.map.size());
-    if (crc != want_crc)
-      fail(file, ": corrupt shard: CRC32 ", data::crc32_hex(crc), " does not match ", data::crc32_hex(want_crc),
+    const uint32_t crc = crc32_bytes(sh.map.data(), sh.map.size());
+    if (crc != *want_crc)
+      fail(file, ": corrupt shard: CRC32 ", crc32_hex(crc), " does not match ", crc32_hex(*want_crc),
            " in ", mpath);
     sh.begin = t.total_;
     sh.n = tokens;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/mmap_file.h"
 #include "core/timer.h"
@@ -111,7 +112,7 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& opt) {
   if (!eot) fail(opt.tokenizer_file, ": the tokenizer has no <|endoftext|> token to separate documents");
   const int vocab = tok->vocab_size();
   const bool u16 = vocab <= 65536;
-  const uint32_t tok_crc = crc32_of_file(opt.tokenizer_file);
+  const uint32_t tok_crc = crc32_file(opt.tokenizer_file);
   int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
 
   // The manifest is the commit marker: remove an old one first.
@@ -140,11 +141,10 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& opt) {
       if (!s.contains("file") || !s["file"].is_string() || !s.contains("crc32") || !s["crc32"].is_string())
         fail(manifest_path, ": domain '", name, "' split '", split, "' lacks 'file' or 'crc32'");
       const std::string file = opt.corpus_dir + "/" + s["file"].get<std::string>();
-      uint32_t want;
-      if (!parse_crc32_hex(s["crc32"].get<std::string>(), &want))
-        fail(manifest_path, ": malformed crc32 for ", s["file"].get<std::string>());
+      const auto want = crc32_from_hex(s["crc32"].get<std::string>());
+      if (!want) fail(manifest_path, ": malformed crc32 for ", s["file"].get<std::string>());
       if (!fs::exists(file)) fail(file, ": missing (listed in ", manifest_path, ")");
-      if (crc32_of_file(file) != want) fail(file, ": corrupt corpus file (CRC32 does not match ", manifest_path, ")");
+      if (crc32_file(file) != *want) fail(file, ": corrupt corpus file (CRC32 does not match ", manifest_path, ")");
       const double t = now_seconds();
       const auto docs = read_corpus_jsonl(file);
       const auto ids = encode_all(*tok, docs, *eot, threads);
@@ -164,7 +164,7 @@ TokenizeResult tokenize_corpus(const TokenizeOptions& opt) {
       jsplits[split] = {{"file", rel},
                         {"documents", int64_t(docs.size())},
                         {"tokens", int64_t(ids.size())},
-                        {"crc32", crc32_hex(crc32_of(bytes.data(), bytes.size()))},
+                        {"crc32", crc32_hex(crc32_bytes(bytes.data(), bytes.size()))},
                         {"source", s["file"]},
                         {"source_crc32", s["crc32"]}};
       counts[name][split] = int64_t(ids.size());

@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "core/crc32.h"
-
 namespace dspark::datagen {
 
 constexpr const char* kHiddenFormat = "dspark-hidden-states";
@@ -64,10 +62,6 @@ class HiddenDataset {
   int hidden_ = 0;
   std::vector<Entry> entries_;
 };
-
-// "%08x" and its parser (core/crc32.h), under the names datagen's callers use.
-using dspark::crc32_hex;
-using dspark::parse_crc32_hex;
 
 }  // namespace dspark::datagen
 

@@ -6,12 +6,11 @@
 
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "core/rng.h"
 #include "data/python_code.h"
 #include "data/text_util.h"
 
 namespace dspark::datagen {
-
-using data::Rng;
 
 const std::vector<PromptKind>& prompt_mix_kinds() {
   static const std::vector<PromptKind> k = {
@@ -218,7 +217,7 @@ bool plant_bug(const std::string& body, Rng& rng, std::string* out) {
 
 class Builder {
  public:
-  Builder(Sources s, uint64_t seed) : s_(std::move(s)), rng_(seed) {}
+  Builder(Sources s, uint64_t seed) : s_(std::move(s)), rng_(Rng::from_word(seed)) {}
 
   std::vector<std::string> make(const std::string& kind) {
     if (kind == "corpus_instruction") return {pick(s_.instructions)};
@@ -240,10 +239,15 @@ class Builder {
     return v[size_t(rng_.below(v.size()))];
   }
   std::string one(const std::vector<std::string>& v) { return pick(v); }
+  // One of `asks` about an excerpt of `body` (lo to hi characters): `vars`, then {text}, filled in.
+  std::string about_excerpt(const std::string& body, int64_t lo, int64_t hi,
+                            const std::vector<std::string>& asks,
+                            std::vector<std::pair<std::string, std::string>> vars) {
+    vars.emplace_back("text", excerpt(body, size_t(rng_.range(lo, hi))));
+    return fill(one(asks), vars);
+  }
 
   std::string manual() {
-    const Manual& m = pick(s_.manuals);
-    const std::string text = excerpt(m.body, size_t(rng_.range(600, 3000)));
     static const std::vector<std::string> kAsk = {
         "Summarize:\n\n{text}",
         "Summarize this section of the {title} manual in a few sentences.\n\n{text}",
@@ -262,7 +266,8 @@ class Builder {
         "From the passage below, which options or commands are mentioned, and what does each do?"
         "\n\n{text}",
     };
-    return fill(one(kAsk), {{"title", m.title}, {"node", m.node}, {"text", text}});
+    const Manual& m = pick(s_.manuals);
+    return about_excerpt(m.body, 600, 3000, kAsk, {{"title", m.title}, {"node", m.node}});
   }
 
   std::string manual_multi() {
@@ -285,8 +290,6 @@ class Builder {
   }
 
   std::string scripture() {
-    const Chapter& c = pick(s_.chapters);
-    const std::string text = excerpt(c.body, size_t(rng_.range(500, 2500)));
     static const std::vector<std::string> kAsk = {
         "Summarize {name} of the King James Bible.",
         "Retell this passage in modern, simple English:\n\n{text}",
@@ -295,7 +298,8 @@ class Builder {
         "What is the main message of {name}? Quote one verse.",
         "Explain the meaning of the following verses.\n\n{text}",
     };
-    return fill(one(kAsk), {{"name", c.name}, {"text", text}});
+    const Chapter& c = pick(s_.chapters);
+    return about_excerpt(c.body, 500, 2500, kAsk, {{"name", c.name}});
   }
 
   std::string words() {
@@ -469,7 +473,7 @@ std::vector<MixedPrompt> build_prompt_mix(const std::string& corpus_dir, int64_t
       out.push_back(std::move(p));
     }
   // Fisher-Yates with the mix's own generator: any prefix is a mix of every kind.
-  Rng shuffle(data::mix64(seed ^ 0x73687566666c65ull));
+  Rng shuffle = Rng::from_word(data::mix64(seed ^ 0x73687566666c65ull));
   for (size_t i = out.size(); i > 1; --i) std::swap(out[i - 1], out[size_t(shuffle.below(i))]);
   for (size_t i = 0; i < out.size(); ++i) out[i].prompt.id = int64_t(i);
   return out;

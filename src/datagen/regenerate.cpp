@@ -8,13 +8,13 @@
 
 #include "core/error.h"
 #include "core/mmap_file.h"
+#include "core/progress.h"
+#include "core/rng.h"
 #include "core/timer.h"
-#include "datagen/progress.h"
 #include "datagen/regen_file.h"
 #include "model/forward.h"
 #include "runtime/context_limit.h"
 #include "runtime/generate.h"
-#include "sample/rng.h"
 
 namespace dspark::datagen {
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "runtime/request.h"
 
 namespace dspark {
 
@@ -20,16 +21,19 @@ int resolve_max_model_len(const ModelConfig& cfg, int64_t requested, const char*
 }
 
 void check_prompt_length(int64_t prompt_tokens, int max_model_len, int64_t kv_capacity_tokens) {
-  if (prompt_tokens <= 0) fail("the prompt is empty");
+  if (prompt_tokens <= 0) fail_request(ErrorKind::InvalidRequest, "prompt", "the prompt is empty");
   if (prompt_tokens >= max_model_len)
-    fail("the prompt has ", prompt_tokens, " tokens, which leaves no room to generate under the maximum model length of ",
-         max_model_len, " (prompt + output tokens); shorten the prompt");
+    fail_request(ErrorKind::ContextLengthExceeded, "prompt", "the prompt has ", prompt_tokens,
+                 " tokens, which leaves no room to generate under the maximum model length of ", max_model_len,
+                 " (prompt + output tokens); shorten the prompt");
   if (kv_capacity_tokens > 0 && prompt_tokens + 1 > kv_capacity_tokens)
-    fail("the prompt has ", prompt_tokens, " tokens but the KV cache holds ", kv_capacity_tokens, " positions");
+    fail_request(ErrorKind::ContextLengthExceeded, "prompt", "the prompt has ", prompt_tokens,
+                 " tokens but the KV cache holds ", kv_capacity_tokens, " positions");
 }
 
 int generation_budget(int64_t prompt_tokens, int max_tokens, int max_model_len) {
-  return int(std::clamp<int64_t>(int64_t(max_model_len) - prompt_tokens, 0, std::max(max_tokens, 0)));
+  const int64_t room = std::max<int64_t>(int64_t(max_model_len) - prompt_tokens, 0);
+  return int(max_tokens == kAsManyAsFit ? room : std::min<int64_t>(room, std::max(max_tokens, 0)));
 }
 
 }  // namespace dspark

@@ -16,11 +16,12 @@ int resolve_max_model_len(const ModelConfig& cfg, int64_t requested, const char*
 
 // Throws Error unless a prompt of `prompt_tokens` leaves room for a generated token under
 // `max_model_len`, and (when kv_capacity_tokens > 0) fits in the KV cache. The message gives the
-// prompt's length and the limit.
+// prompt's length and the limit; the error's param is "prompt", its kind ContextLengthExceeded
+// (InvalidRequest for an empty prompt).
 void check_prompt_length(int64_t prompt_tokens, int max_model_len, int64_t kv_capacity_tokens = 0);
 
-// How many tokens may be generated after a prompt of `prompt_tokens`: max_tokens, cut so that
-// prompt + output <= max_model_len.
+// How many tokens may be generated after a prompt of `prompt_tokens`: max_tokens (kAsManyAsFit,
+// -1: no limit of its own), cut so that prompt + output <= max_model_len.
 int generation_budget(int64_t prompt_tokens, int max_tokens, int max_model_len);
 
 }  // namespace dspark

@@ -105,32 +105,30 @@ int64_t Engine::kv_capacity_tokens() const {
 }
 
 uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
-  if (!accepting_) fail("the server is shutting down");
+  constexpr ErrorKind kInvalid = ErrorKind::InvalidRequest;
+  if (!accepting_) fail_request(ErrorKind::Unavailable, "", "the server is shutting down");
   GenerateParams& p = req.params;
-  p.sampling.validate();
-  if (req.prompt.empty()) fail("prompt: the prompt has no tokens");
-  const int vocab = model_.config().vocab_size;
-  for (size_t i = 0; i < req.prompt.size(); ++i)
-    if (req.prompt[i] < 0 || req.prompt[i] >= vocab)
-      fail("prompt: token id ", req.prompt[i], " at index ", i, " is outside the vocabulary [0, ",
-           vocab, ")");
+  p.validate();
+  if (req.prompt.empty()) fail_request(kInvalid, "prompt", "prompt: the prompt has no tokens");
+  check_token_ids(req.prompt, model_.config().vocab_size, "prompt");
   const int64_t n = int64_t(req.prompt.size());
   const int limit = int(std::min<int64_t>(max_model_len_, kv_capacity_tokens()));
   check_prompt_length(n, max_model_len_, kv_capacity_tokens());
-  if (p.max_tokens == 0 || p.max_tokens < -1)
-    fail("max_tokens: must be at least 1, got ", p.max_tokens);
-  if (p.max_tokens >= 0 && n + p.max_tokens > limit)
-    fail("max_tokens: this model's maximum context length is ", limit, " tokens; the prompt has ",
-         n, " and max_tokens asks for ", p.max_tokens, " more (", n + p.max_tokens, " in all)");
+  if (p.max_tokens != kAsManyAsFit && n + p.max_tokens > limit)
+    fail_request(ErrorKind::ContextLengthExceeded, "max_tokens",
+                 "max_tokens: this model's maximum context length is ", limit,
+                 " tokens; the prompt has ", n, " and max_tokens asks for ", p.max_tokens,
+                 " more (", n + p.max_tokens, " in all)");
   if (req.export_hidden && opt_.export_layers.empty())
-    fail("kv_transfer_params: this server exports no hidden states (start it with a "
-         "--kv-transfer-config)");
+    fail_request(kInvalid, "kv_transfer_params",
+                 "kv_transfer_params: this server exports no hidden states (start it with a "
+                 "--kv-transfer-config)");
   auto s = std::make_unique<RequestState>(0, std::move(req), std::move(on_output), tok_);
-  s->max_tokens = s->req.params.max_tokens < 0 ? int(limit - n) : s->req.params.max_tokens;
+  s->max_tokens = generation_budget(n, s->req.params.max_tokens, limit);
   s->target_len = int(n);
   s->arrival = now_seconds();
   std::lock_guard<std::mutex> lk(mu_);
-  if (stopping_) fail("the server is shutting down");
+  if (stopping_) fail_request(ErrorKind::Unavailable, "", "the server is shutting down");
   s->handle = next_handle_++;
   const uint64_t h = s->handle;
   incoming_.push_back(std::move(s));

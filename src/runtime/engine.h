@@ -50,8 +50,10 @@ class Engine {
   ~Engine();  // stop()
 
   // Checks the request (sampling ranges, max_tokens, a prompt that leaves room under
-  // max_model_len) and queues it. Throws Error, naming the field, for a request it can never run;
-  // a request that does not fit now waits. Thread-safe. Returns a handle for abort().
+  // max_model_len) and queues it. Throws Error for a request it can never run, its kind
+  // (InvalidRequest, ContextLengthExceeded; Unavailable once stopping) and param (the field, in
+  // the engine's names: "prompt", "max_tokens", "temperature", ...) set; a request that does not
+  // fit now waits. Thread-safe. Returns a handle for abort().
   uint64_t submit(EngineRequest req, OutputFn on_output);
   // The request ends with finish_reason "abort" in the next step; its KV blocks and drafter state
   // are freed then. Unknown or finished handles are ignored. Thread-safe.

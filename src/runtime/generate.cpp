@@ -28,7 +28,7 @@ const float* prefill(Forward& fwd, int seq, std::span<const int32_t> prompt, int
 }
 
 int output_budget(const Forward& fwd, size_t prompt_tokens, const GenerateParams& params) {
-  if (params.max_tokens < 0) fail("max_tokens must be >= 0, got ", params.max_tokens);
+  if (params.max_tokens != kAsManyAsFit) check_max_tokens(params.max_tokens);
   const int limit = resolve_max_model_len(fwd.model().config(), params.max_model_len);
   const int64_t room = int64_t(fwd.kv().free_blocks()) * kKvBlock;
   check_prompt_length(int64_t(prompt_tokens), limit, room);
@@ -43,14 +43,13 @@ GenerateResult generate(Forward& fwd, const Tokenizer& tok, std::span<const int3
 
 GenerateResult run_alone(const AloneRun& run) {
   const GenerateParams& params = run.params;
-  params.sampling.validate();
+  params.validate();
   GenerateResult res;
   res.prompt_tokens = int(run.prompt.size());
   if (run.prompt.empty()) fail("the prompt is empty");
   GenerateParams p = params;
-  p.max_tokens = output_budget(*run.fwd, run.prompt.size(), params);
+  p.max_tokens = output_budget(*run.fwd, run.prompt.size(), params);  // at least 1
   res.finish_reason = "length";
-  if (p.max_tokens == 0) return res;
   EngineOptions opt;
   opt.max_num_seqs = 1;
   opt.max_model_len = params.max_model_len;

@@ -28,8 +28,9 @@ struct GenerateResult {
 using TextCallback = std::function<bool(const std::string& piece)>;
 
 // How many tokens generate() / spec_generate() may produce for `prompt` in a new sequence of
-// fwd's cache: max_tokens cut by the maximum model length and the free KV room. Throws Error
-// (giving the prompt's length and the limit) when the prompt leaves no room, before any work.
+// fwd's cache: max_tokens (at least 1, or kAsManyAsFit) cut by the maximum model length and the
+// free KV room. Throws Error for a max_tokens below 1 (check_max_tokens), or (giving the prompt's
+// length and the limit) when the prompt leaves no room, before any work.
 int output_budget(const Forward& fwd, size_t prompt_tokens, const GenerateParams& params);
 
 // Generates a completion of `prompt` in a new sequence of fwd's cache (freed at the end): the

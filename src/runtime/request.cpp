@@ -6,11 +6,35 @@
 
 namespace dspark {
 
+void GenerateParams::validate() const {
+  sampling.validate();
+  if (max_tokens != kAsManyAsFit) check_max_tokens(max_tokens);
+  check_stop_strings(stop_strings);
+}
+
+void check_max_tokens(int64_t max_tokens, const std::string& field) {
+  if (max_tokens < 1)
+    fail_request(ErrorKind::InvalidRequest, field, field, " must be at least 1, got ", max_tokens);
+}
+
+void check_stop_strings(const std::vector<std::string>& stops) {
+  if (stops.size() > kMaxStopStrings)
+    fail_request(ErrorKind::InvalidRequest, "stop", "'stop' may hold at most ", kMaxStopStrings,
+                 " strings");
+  for (const std::string& s : stops)
+    if (s.empty()) fail_request(ErrorKind::InvalidRequest, "stop", "'stop' strings must not be empty");
+}
+
+void check_token_ids(std::span<const int32_t> ids, int vocab, const std::string& field) {
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] < 0 || ids[i] >= vocab)
+      fail_request(ErrorKind::InvalidRequest, field, field, ": token id ", ids[i], " at index ", i,
+                   " is outside the vocabulary [0, ", vocab, ")");
+}
+
 StopStringFilter::StopStringFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {
-  for (const auto& s : stops_) {
-    if (s.empty()) fail("stop strings must not be empty");
-    hold_ = std::max(hold_, s.size() - 1);
-  }
+  check_stop_strings(stops_);
+  for (const auto& s : stops_) hold_ = std::max(hold_, s.size() - 1);
 }
 
 std::string StopStringFilter::push(const std::string& piece) {

@@ -3,8 +3,10 @@
 // engine's own per-request state is runtime/request_state.h.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -12,9 +14,14 @@
 
 namespace dspark {
 
+// max_tokens of a request that gives none: as many tokens as fit under max_model_len (vLLM's
+// default).
+constexpr int kAsManyAsFit = -1;
+constexpr size_t kMaxStopStrings = 64;
+
 struct GenerateParams {
   SamplingParams sampling;
-  int max_tokens = 128;
+  int max_tokens = 128;  // at least 1, or kAsManyAsFit
   std::vector<int32_t>
       stop_token_ids;  // generation ends after emitting one (it is not in the text)
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
@@ -22,7 +29,21 @@ struct GenerateParams {
   // Prompt + output positions at most (vLLM's max_model_len); 0: the config's
   // max_position_embeddings. Generation that reaches it ends with finish_reason "length".
   int max_model_len = 0;
+
+  // The one rule for each request field held here, shared by the server (which checks before it
+  // tokenizes the prompt), generate, bench spec, calibrate and Engine::submit: the sampling
+  // fields (SamplingParams::validate), max_tokens (check_max_tokens, unless kAsManyAsFit) and the
+  // stop strings (check_stop_strings). Throws Error naming the field (its param).
+  void validate() const;
 };
+
+// max_tokens as a request gives it: at least 1 (vLLM's rule). `field` is its name in the error
+// (a chat's max_completion_tokens).
+void check_max_tokens(int64_t max_tokens, const std::string& field = "max_tokens");
+// At most kMaxStopStrings, none empty.
+void check_stop_strings(const std::vector<std::string>& stops);
+// Token ids (a prompt's, stop_token_ids) within the vocabulary [0, vocab); `field` names them.
+void check_token_ids(std::span<const int32_t> ids, int vocab, const std::string& field);
 
 // Holds back streamed text that might be the start of a stop string, and finds stops.
 class StopStringFilter {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "runtime/request.h"
-#include "sample/rng.h"
+#include "core/rng.h"
 #include "spec_decode/drafter.h"
 #include "tokenizer/tokenizer.h"
 

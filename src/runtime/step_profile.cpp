@@ -14,7 +14,7 @@
 #include "core/timer.h"
 #include "model/forward.h"
 #include "runtime/generate.h"
-#include "sample/rng.h"
+#include "core/rng.h"
 
 namespace dspark {
 

@@ -9,10 +9,12 @@
 namespace dspark {
 
 void SamplingParams::validate() const {
-  if (!(temperature >= 0.f) || !std::isfinite(temperature)) fail("temperature must be >= 0, got ", temperature);
-  if (top_k < 0) fail("top_k must be >= 0 (0 disables it), got ", top_k);
-  if (!(top_p > 0.f && top_p <= 1.f)) fail("top_p must be in (0, 1], got ", top_p);
-  if (!(min_p >= 0.f && min_p <= 1.f)) fail("min_p must be in [0, 1], got ", min_p);
+  constexpr ErrorKind kInvalid = ErrorKind::InvalidRequest;
+  if (!(temperature >= 0.f && temperature <= 1e6f))
+    fail_request(kInvalid, "temperature", "temperature must be in [0, 1e6], got ", temperature);
+  if (top_k < 0) fail_request(kInvalid, "top_k", "top_k must be >= 0 (0 disables it), got ", top_k);
+  if (!(top_p > 0.f && top_p <= 1.f)) fail_request(kInvalid, "top_p", "top_p must be in (0, 1], got ", top_p);
+  if (!(min_p >= 0.f && min_p <= 1.f)) fail_request(kInvalid, "min_p", "min_p must be in [0, 1], got ", min_p);
 }
 
 float TokenDist::prob_of(int32_t id) const {

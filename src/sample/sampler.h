@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/buffer.h"
-#include "sample/rng.h"
+#include "core/rng.h"
 
 namespace dspark {
 

@@ -2,9 +2,23 @@
 
 namespace dspark {
 
-ApiError bad_request(const std::string& message, const std::string& param,
-                     const std::string& code) {
-  return ApiError(400, "invalid_request_error", message, param, code);
+Error bad_request(const std::string& message, const std::string& param) {
+  return Error(message, ErrorKind::InvalidRequest, param);
+}
+
+ApiError api_error(const Error& e, const std::string& param) {
+  switch (e.kind()) {
+    case ErrorKind::ContextLengthExceeded:
+      return ApiError(400, "invalid_request_error", e.what(), param, "context_length_exceeded");
+    case ErrorKind::NotFound:
+      return ApiError(404, "not_found_error", e.what(), param,
+                      param == "model" ? "model_not_found" : "not_found");
+    case ErrorKind::Unavailable:
+      return ApiError(503, "service_unavailable_error", e.what(), param, "server_draining");
+    case ErrorKind::InvalidRequest:
+      break;
+  }
+  return ApiError(400, "invalid_request_error", e.what(), param);
 }
 
 nlohmann::ordered_json error_json(const ApiError& e) {

@@ -1,10 +1,16 @@
-// ApiError: a request the server refuses, as an HTTP status and an OpenAI error object.
+// ApiError: a request the server refuses, as an HTTP status and an OpenAI error object. What a
+// request says is refused with core/error.h's Error (kind, field, message), by the request parser
+// and by Engine::submit alike; the server turns it into an ApiError here (api_error), never by
+// reading its message. ApiError itself is for refusals of the HTTP exchange (key, route, method,
+// body size, shutdown).
 #pragma once
 
 #include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "core/error.h"
 
 namespace dspark {
 
@@ -32,9 +38,16 @@ class ApiError : public std::runtime_error {
   std::string code;   // empty: null
 };
 
-// 400 invalid_request_error naming `param` (empty: null).
-ApiError bad_request(const std::string& message, const std::string& param = "",
-                     const std::string& code = "");
+// A request field refused (kind InvalidRequest): answered 400 invalid_request_error naming
+// `param` (empty: null).
+Error bad_request(const std::string& message, const std::string& param = "");
+
+// The answer to a refused request: InvalidRequest is 400 invalid_request_error (code null),
+// ContextLengthExceeded the same with code "context_length_exceeded", NotFound 404
+// not_found_error ("model_not_found" for the model), Unavailable 503 service_unavailable_error
+// ("server_draining"). `param` is the field as the request spells it (empty: null).
+ApiError api_error(const Error& e, const std::string& param);
+inline ApiError api_error(const Error& e) { return api_error(e, e.param()); }
 
 nlohmann::ordered_json error_json(const ApiError& e);
 // The JSON body of the error (a message that quotes a client's bytes is still valid JSON).

@@ -162,7 +162,8 @@ struct HttpServer::Impl {
   }
 
   // Every request: the API key, the route and method, then the route's handler. An ApiError
-  // becomes its JSON error, anything else a 500; never a crash.
+  // becomes its JSON error, an Error (a refused request) the one api_error gives it, anything
+  // else a 500; never a crash.
   void route(const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
     try {
       if (needs_auth(req.path) && !authorized(req))
@@ -187,6 +188,8 @@ struct HttpServer::Impl {
       ex->reply(answer(req));
     } catch (const ApiError& e) {
       ex->reply(error_response(e));
+    } catch (const Error& e) {  // a refused request: its kind and field give the answer
+      ex->reply(error_response(api_error(e)));
     } catch (const std::exception& e) {
       std::fprintf(stderr, "dspark serve: internal error: %s\n", e.what());
       ex->reply(error_response(ApiError(500, "server_error",
@@ -278,6 +281,7 @@ struct HttpServer::Impl {
           "kv_transfer_params: this server exports no hidden states (start it with "
           "--kv-transfer-config)",
           "kv_transfer_params");
+    encode_prompt(r, model);  // every field is valid: only now is the prompt tokenized
     ResponseMeta meta =
         make_response_meta(kind, rid, model.name, r.return_token_ids,
                            r.return_token_ids ? r.engine.prompt : std::vector<int32_t>{});
@@ -317,8 +321,9 @@ struct HttpServer::Impl {
     try {
       handle = engine.submit(std::move(r.engine), std::move(on_output));
     } catch (const Error& e) {
-      if (draining || !engine.accepting()) throw error_for_status(503, req.path);
-      throw submit_error(e, r);
+      if (e.kind() == ErrorKind::Unavailable || draining || !engine.accepting())
+        throw error_for_status(503, req.path);
+      throw api_error(e, request_field(e.param(), r));
     }
     ex->on_gone([this, handle] { engine.abort(handle); });
     if (r.stream) {
@@ -351,21 +356,12 @@ struct HttpServer::Impl {
     return res;
   }
 
-  // The engine refuses what it can never run (a prompt over the context, say) with a message that
-  // starts with the field's name; the status is 400 and `param` the request's name for the field.
-  static ApiError submit_error(const Error& e, const OpenAiRequest& r) {
-    const std::string msg = e.what();
-    auto starts = [&](const char* p) { return msg.rfind(p, 0) == 0; };
-    const bool context =
-        msg.find("maximum") != std::string::npos || msg.find("KV cache") != std::string::npos;
-    const char* prompt_param = r.kind == ApiKind::Chat ? "messages" : "prompt";
-    if (starts("max_tokens"))
-      return bad_request(msg, r.max_tokens_param, context ? "context_length_exceeded" : "");
-    if (starts("prompt") || starts("the prompt"))
-      return bad_request(msg, prompt_param, context ? "context_length_exceeded" : "");
-    for (const char* f : {"temperature", "top_k", "top_p", "min_p"})
-      if (starts(f)) return bad_request(msg, f);
-    return bad_request(msg);
+  // The request's name for a field the engine refused (Error::param, in the engine's names):
+  // a chat's prompt is its messages, and max_tokens is named as the request named it.
+  static std::string request_field(const std::string& engine_field, const OpenAiRequest& r) {
+    if (engine_field == "prompt") return r.kind == ApiKind::Chat ? "messages" : "prompt";
+    if (engine_field == "max_tokens") return r.max_tokens_param;
+    return engine_field;
   }
 
   HttpResponse tokenize(const std::string& body) {

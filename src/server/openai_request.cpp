@@ -18,7 +18,7 @@ using nlohmann::json;
 namespace {
 
 constexpr int kMaxJsonDepth = 64;
-constexpr size_t kMaxStopStrings = 64;
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
 // How a known field is treated.
@@ -170,25 +170,13 @@ const json& field(const json& body, const char* name) {
 }
 
 const char* type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null:
-      return "null";
-    case json::value_t::boolean:
-      return "a boolean";
-    case json::value_t::string:
-      return "a string";
-    case json::value_t::array:
-      return "an array";
-    case json::value_t::object:
-      return "an object";
-    case json::value_t::number_integer:
-    case json::value_t::number_unsigned:
-      return "an integer";
-    case json::value_t::number_float:
-      return "a number";
-    default:
-      return "an invalid value";
-  }
+  using T = json::value_t;
+  static const std::map<T, const char*> kNames = {
+      {T::null, "null"},           {T::boolean, "a boolean"},         {T::string, "a string"},
+      {T::array, "an array"},      {T::object, "an object"},          {T::number_integer, "an integer"},
+      {T::number_unsigned, "an integer"}, {T::number_float, "a number"}};
+  auto it = kNames.find(v.type());
+  return it == kNames.end() ? "an invalid value" : it->second;
 }
 
 [[noreturn]] void wrong_type(const std::string& name, const char* want, const json& v) {
@@ -237,16 +225,12 @@ std::optional<int64_t> get_integer(const json& body, const char* name, int64_t l
   return as_integer(v, name, lo, hi);
 }
 
-std::optional<double> get_number(const json& body, const char* name, double lo, double hi,
-                                 const char* range) {
+// A number; its range is the field's rule's (GenerateParams::validate).
+std::optional<double> get_number(const json& body, const char* name) {
   const json& v = field(body, name);
   if (v.is_null()) return std::nullopt;
   if (!v.is_number()) wrong_type(name, "a number", v);
-  double d = v.get<double>();
-  if (!(d >= lo && d <= hi))
-    throw bad_request("'" + std::string(name) + "' must be in " + range + ", got " + v.dump(),
-                      name);
-  return d;
+  return v.get<double>();
 }
 
 void check_model(const json& body, const ServedModel& m) {
@@ -255,8 +239,7 @@ void check_model(const json& body, const ServedModel& m) {
   if (!v.is_string()) wrong_type("model", "a string", v);
   const std::string name = v.get<std::string>();
   if (name != m.name)
-    throw ApiError(404, "not_found_error", "The model `" + name + "` does not exist.", "model",
-                   "model_not_found");
+    throw Error("The model `" + name + "` does not exist.", ErrorKind::NotFound, "model");
 }
 
 uint64_t random_seed() {
@@ -270,8 +253,8 @@ std::vector<int32_t> token_ids(const json& v, const std::string& name, const Ser
   std::vector<int32_t> ids;
   ids.reserve(v.size());
   for (size_t i = 0; i < v.size(); ++i)
-    ids.push_back(
-        int32_t(as_integer(v[i], name + "[" + std::to_string(i) + "]", 0, m.vocab_size - 1)));
+    ids.push_back(int32_t(as_integer(v[i], name + "[" + std::to_string(i) + "]", kInt32Min, kInt32Max)));
+  check_token_ids(ids, m.vocab_size, name);
   return ids;
 }
 
@@ -281,17 +264,17 @@ bool all_integers(const json& a) {
   return true;
 }
 
-// Sampling, stop conditions, n and streaming: the fields both generation endpoints share.
+// Sampling, stop conditions, n and streaming: the fields both generation endpoints share, read
+// (their values' ranges are GenerateParams::validate's, checked once every field is read).
 void parse_common(const json& body, const ServedModel& m, OpenAiRequest& r) {
   GenerateParams& p = r.engine.params;
   SamplingParams& s = p.sampling;
-  s.temperature = float(get_number(body, "temperature", 0, 1e6, "[0, 1e6]").value_or(1.0));
-  s.top_p = float(get_number(body, "top_p", 0, 1, "(0, 1]").value_or(1.0));
-  if (!(s.top_p > 0.f))
-    throw bad_request("'top_p' must be in (0, 1], got " + field(body, "top_p").dump(), "top_p");
+  s.temperature = float(get_number(body, "temperature").value_or(1.0));
+  s.top_p = float(get_number(body, "top_p").value_or(1.0));
   // vLLM: -1 (or 0) disables top-k.
-  s.top_k = int(std::max<int64_t>(0, get_integer(body, "top_k", -1, kInt32Max).value_or(0)));
-  s.min_p = float(get_number(body, "min_p", 0, 1, "[0, 1]").value_or(0.0));
+  const int64_t top_k = get_integer(body, "top_k", kInt32Min, kInt32Max).value_or(0);
+  s.top_k = top_k == -1 ? 0 : int(top_k);
+  s.min_p = float(get_number(body, "min_p").value_or(0.0));
   if (auto seed = get_integer(body, "seed", std::numeric_limits<int64_t>::min(),
                               std::numeric_limits<int64_t>::max()))
     s.seed = uint64_t(*seed);
@@ -312,11 +295,6 @@ void parse_common(const json& body, const ServedModel& m, OpenAiRequest& r) {
   } else if (!stop.is_null()) {
     wrong_type("stop", "a string or an array of strings", stop);
   }
-  if (p.stop_strings.size() > kMaxStopStrings)
-    throw bad_request("'stop' may hold at most " + std::to_string(kMaxStopStrings) + " strings",
-                      "stop");
-  for (const std::string& st : p.stop_strings)
-    if (st.empty()) throw bad_request("'stop' strings must not be empty", "stop");
 
   const bool ignore_eos = get_bool(body, "ignore_eos").value_or(false);
   if (!ignore_eos) p.stop_token_ids = m.eos_token_ids;
@@ -368,13 +346,14 @@ void parse_common(const json& body, const ServedModel& m, OpenAiRequest& r) {
   }
 }
 
-// max_tokens (or its chat name): -1 when absent, which the engine reads as "as many as fit under
-// max_model_len" (vLLM's default). The engine refuses a prompt plus max_tokens over the context.
+// max_tokens (or its chat name): kAsManyAsFit when absent (vLLM's default), else at least 1
+// (check_max_tokens). The engine refuses a prompt plus max_tokens over the context.
 void parse_max_tokens(const json& body, const std::vector<const char*>& names, OpenAiRequest& r) {
   r.max_tokens_param = names.front();
-  r.engine.params.max_tokens = -1;
+  r.engine.params.max_tokens = kAsManyAsFit;
   for (const char* name : names) {
-    if (auto v = get_integer(body, name, 1, kInt32Max)) {
+    if (auto v = get_integer(body, name, kInt32Min, kInt32Max)) {
+      check_max_tokens(*v, name);
       r.engine.params.max_tokens = int(*v);
       r.max_tokens_param = name;
       return;
@@ -463,12 +442,35 @@ ChatFormat chat_format(const ServedModel& m) {
   return *m.chat_format;
 }
 
-std::vector<int32_t> chat_prompt(const json& body, const ServedModel& m) {
+// What both generation endpoints check first: the fields the endpoint knows, and the model.
+OpenAiRequest new_request(ApiKind kind, const json& body, const FieldTable& fields,
+                          const ServedModel& m) {
+  check_fields(body, fields);
+  check_model(body, m);
+  OpenAiRequest r;
+  r.kind = kind;
+  return r;
+}
+
+// ... and last, the generation fields (max_tokens under its `max_names`), each then checked by
+// its one rule (GenerateParams::validate).
+void parse_generation(const json& body, const ServedModel& m,
+                      const std::vector<const char*>& max_names, OpenAiRequest& r) {
+  parse_common(body, m, r);
+  parse_max_tokens(body, max_names, r);
+  r.engine.params.validate();
+}
+
+// The messages in the chat template: the text a chat's prompt is tokenized from.
+std::string chat_text(const json& body, const ServedModel& m) {
   std::vector<ChatMessage> msgs = parse_messages(body);
   const ChatFormat fmt = chat_format(m);
   const bool add_gen = get_bool(body, "add_generation_prompt").value_or(true);
-  const bool add_special = get_bool(body, "add_special_tokens").value_or(false);
-  return encode_text(m, apply_chat_template(fmt, msgs, add_gen), add_special, "messages");
+  return apply_chat_template(fmt, msgs, add_gen);
+}
+
+bool chat_add_special_tokens(const json& body) {
+  return get_bool(body, "add_special_tokens").value_or(false);
 }
 
 }  // namespace
@@ -496,17 +498,11 @@ json parse_json_body(const std::string& body) {
 }
 
 OpenAiRequest parse_completion_request(const json& body, const ServedModel& m) {
-  check_fields(body, completion_fields());
-  check_model(body, m);
-  OpenAiRequest r;
-  r.kind = ApiKind::Completion;
+  OpenAiRequest r = new_request(ApiKind::Completion, body, completion_fields(), m);
   const json& prompt = field(body, "prompt");
-  const bool add_special = get_bool(body, "add_special_tokens").value_or(true);
-  auto text_prompt = [&](const json& v) {
-    return encode_text(m, v.get<std::string>(), add_special, "prompt");
-  };
+  r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(true);
   if (prompt.is_string()) {
-    r.engine.prompt = text_prompt(prompt);
+    r.prompt_text = prompt.get<std::string>();
   } else if (prompt.is_array()) {
     // A token-id list, or a batch of one prompt (a string or a token-id list).
     if (prompt.empty()) throw bad_request("'prompt' must not be empty", "prompt");
@@ -517,7 +513,7 @@ OpenAiRequest parse_completion_request(const json& body, const ServedModel& m) {
                             " prompts is not supported: one per request",
                         "prompt");
     } else if (prompt[0].is_string()) {
-      r.engine.prompt = text_prompt(prompt[0]);
+      r.prompt_text = prompt[0].get<std::string>();
     } else if (prompt[0].is_array() && all_integers(prompt[0])) {
       r.engine.prompt = token_ids(prompt[0], "prompt[0]", m);
     } else {
@@ -528,25 +524,27 @@ OpenAiRequest parse_completion_request(const json& body, const ServedModel& m) {
   } else {
     wrong_type("prompt", "a string or an array of token ids", prompt);
   }
-  if (r.engine.prompt.empty()) throw bad_request("'prompt' encodes to no tokens", "prompt");
-  parse_common(body, m, r);
-  parse_max_tokens(body, {"max_tokens"}, r);
+  parse_generation(body, m, {"max_tokens"}, r);
   return r;
 }
 
 OpenAiRequest parse_chat_request(const json& body, const ServedModel& m) {
-  check_fields(body, chat_fields());
-  check_model(body, m);
-  OpenAiRequest r;
-  r.kind = ApiKind::Chat;
-  r.engine.prompt = chat_prompt(body, m);
-  parse_common(body, m, r);
+  OpenAiRequest r = new_request(ApiKind::Chat, body, chat_fields(), m);
+  r.prompt_text = chat_text(body, m);
+  r.add_special_tokens = chat_add_special_tokens(body);
+  parse_generation(body, m, {"max_completion_tokens", "max_tokens"}, r);
   // The chat template's end-of-turn tokens end the answer (unless the client ignores EOS).
   if (!get_bool(body, "ignore_eos").value_or(false))
     for (int32_t id : chat_stop_tokens(*m.tok, chat_format(m)))
       r.engine.params.stop_token_ids.push_back(id);
-  parse_max_tokens(body, {"max_completion_tokens", "max_tokens"}, r);
   return r;
+}
+
+void encode_prompt(OpenAiRequest& r, const ServedModel& m) {
+  const char* param = r.kind == ApiKind::Chat ? "messages" : "prompt";
+  if (r.prompt_text) r.engine.prompt = encode_text(m, *r.prompt_text, r.add_special_tokens, param);
+  if (r.engine.prompt.empty())
+    throw bad_request(std::string("'") + param + "' encodes to no tokens", param);
 }
 
 TokenizeRequest parse_tokenize_request(const json& body, const ServedModel& m) {
@@ -570,7 +568,7 @@ TokenizeRequest parse_tokenize_request(const json& body, const ServedModel& m) {
   if (!prompt.is_null() && has_messages)
     throw bad_request("give 'prompt' or 'messages', not both", "prompt");
   if (has_messages) {
-    r.tokens = chat_prompt(body, m);
+    r.tokens = encode_text(m, chat_text(body, m), chat_add_special_tokens(body), "messages");
   } else {
     if (prompt.is_null()) throw bad_request("'prompt' or 'messages' is required", "prompt");
     if (!prompt.is_string()) wrong_type("prompt", "a string", prompt);

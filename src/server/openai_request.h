@@ -1,4 +1,5 @@
-// OpenAI / vLLM request bodies, parsed and validated into engine requests (errors: ApiError 4xx).
+// OpenAI / vLLM request bodies, parsed and validated into engine requests. A refused request is an
+// Error (core/error.h) whose kind and param say how to answer it (server/errors.h: api_error).
 #pragma once
 
 #include <cstdint>
@@ -35,14 +36,21 @@ struct OpenAiRequest {
   bool export_hidden = false;     // kv_transfer_params given: export the hidden states
   bool include_output_tokens = false;  // kv_transfer_params.include_output_tokens
   std::string max_tokens_param;   // "max_tokens" or "max_completion_tokens": the one given
+  // The prompt's text, tokenized by encode_prompt once every field is valid: a completion's text,
+  // or a chat's messages in the chat template. None: the prompt came as token ids (engine.prompt).
+  std::optional<std::string> prompt_text;
+  bool add_special_tokens = false;
 };
 
 // The body as JSON: refuses bad UTF-8, malformed JSON, nesting deeper than 64 and a non-object.
 nlohmann::json parse_json_body(const std::string& body);
 
-// POST /v1/completions and POST /v1/chat/completions.
+// POST /v1/completions and POST /v1/chat/completions: every field read and checked (each by its
+// one rule, GenerateParams::validate for the generation fields), the prompt not yet tokenized.
 OpenAiRequest parse_completion_request(const nlohmann::json& body, const ServedModel& m);
 OpenAiRequest parse_chat_request(const nlohmann::json& body, const ServedModel& m);
+// Tokenizes the request's prompt (the last step, when nothing else is left to refuse).
+void encode_prompt(OpenAiRequest& r, const ServedModel& m);
 
 // POST /tokenize ({"prompt": str} or {"messages": [...]}) and POST /detokenize ({"tokens": [...]}).
 struct TokenizeRequest {

@@ -2,6 +2,8 @@
 
 #include <charconv>
 #include <cmath>
+#include <initializer_list>
+#include <tuple>
 #include <vector>
 
 namespace dspark {
@@ -55,6 +57,16 @@ class Writer {
     header(name + "_total", "counter", help);
     sample(name + "_total", v);
   }
+  // Gauges and counters of one value each, in order.
+  struct Scalar {
+    bool counter;  // else a gauge
+    const char* name;
+    const char* help;
+    double value;
+  };
+  void scalars(std::initializer_list<Scalar> list) {
+    for (const Scalar& s : list) s.counter ? counter(s.name, s.help, s.value) : gauge(s.name, s.help, s.value);
+  }
   void histogram(const std::string& name, const char* help, const Histogram& h) {
     header(name, "histogram", help);
     int64_t cumulative = 0;
@@ -79,17 +91,14 @@ class Writer {
 std::string render_prometheus(const EngineMetrics& m, const std::string& model_name,
                               bool speculative) {
   Writer w(model_name);
-  w.gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-          m.num_requests_running);
-  w.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-          m.num_requests_waiting);
-  w.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-          m.kv_cache_usage_perc);
-  w.counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.",
-            double(m.num_preemptions));
-  w.counter("vllm:prompt_tokens", "Number of prefill tokens processed.", double(m.prompt_tokens));
-  w.counter("vllm:generation_tokens", "Number of generation tokens processed.",
-            double(m.generation_tokens));
+  w.scalars({
+      {false, "vllm:num_requests_running", "Number of requests in model execution batches.", double(m.num_requests_running)},
+      {false, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", double(m.num_requests_waiting)},
+      {false, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", m.kv_cache_usage_perc},
+      {true, "vllm:num_preemptions", "Cumulative number of preemption from the engine.", double(m.num_preemptions)},
+      {true, "vllm:prompt_tokens", "Number of prefill tokens processed.", double(m.prompt_tokens)},
+      {true, "vllm:generation_tokens", "Number of generation tokens processed.", double(m.generation_tokens)},
+  });
 
   w.header("vllm:request_success_total", "counter", "Count of successfully processed requests.");
   std::map<std::string, int64_t> success = {{"stop", 0}, {"length", 0}, {"abort", 0}};
@@ -98,22 +107,20 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
     w.sample("vllm:request_success_total", double(n),
              "finished_reason=\"" + escape_label(reason) + "\"");
 
-  w.histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-              m.ttft);
-  w.histogram("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
-              m.itl);
-  w.histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-              m.e2e);
-  w.histogram("vllm:request_queue_time_seconds",
-              "Histogram of time spent in WAITING phase for request.", m.queue_time);
+  const std::tuple<const char*, const char*, const Histogram&> histograms[] = {
+      {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft},
+      {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.itl},
+      {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.e2e},
+      {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", m.queue_time},
+  };
+  for (const auto& [name, help, h] : histograms) w.histogram(name, help, h);
 
   if (speculative) {
-    w.counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
-              double(m.spec_num_drafts));
-    w.counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
-              double(m.spec_num_draft_tokens));
-    w.counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
-              double(m.spec_num_accepted_tokens));
+    w.scalars({
+        {true, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", double(m.spec_num_drafts)},
+        {true, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", double(m.spec_num_draft_tokens)},
+        {true, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", double(m.spec_num_accepted_tokens)},
+    });
     w.header("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
              "Accepted tokens per draft position.");
     for (size_t i = 0; i < m.spec_num_accepted_tokens_per_pos.size(); ++i)

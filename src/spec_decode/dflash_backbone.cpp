@@ -105,6 +105,30 @@ int32_t DflashBackbone::draw(const float* z, bool draft_vocab, const DraftSampli
   return to_target_[size_t(d)];
 }
 
+DflashBackboneDrafter::DflashBackboneDrafter(const DrafterConfig& cfg, const Model& target,
+                                             const WeightSource& src, DType dtype,
+                                             size_t arena_extra, std::vector<int32_t> to_target)
+    : bb_(cfg, target, src, dtype, arena_extra, 1 << 20, std::move(to_target)) {}
+
+void DflashBackboneDrafter::propose(int seq, int32_t anchor, int pos, int k,
+                                    const DraftSampling& ds, Draft& out) {
+  const DraftJob job{seq, anchor, pos, k, ds, &out};
+  propose_batch(std::span<const DraftJob>(&job, 1));
+}
+
+int32_t DflashBackboneDrafter::draw_next(const DraftJob& job, const float* z, bool dv) {
+  Draft& out = *job.out;
+  float* q_row = nullptr;
+  if (job.sampling.dense_q()) {
+    const int vocab = bb_.target_vocab();
+    if (out.q.empty()) out.q.resize(size_t(job.k) * size_t(vocab));
+    q_row = out.q.data() + int64_t(out.tokens.size()) * vocab;
+  }
+  const int32_t x = bb_.draw(z, dv, job.sampling, sampler_, q_row);
+  out.tokens.push_back(x);
+  return x;
+}
+
 int DflashBackbone::new_sequence() {
   return kv_.create_sequence();
 }

@@ -98,6 +98,47 @@ class DflashBackbone {
   SeqRows rows_;
 };
 
+// The Drafter glue DSpark and DFlash share around the backbone: the target layers it reads,
+// sequences, context rows (the prompt's and each round's accepted rows, batched), propose() as a
+// batch of one, and the draw of each draft. A method drafts a batch in propose_batch, from the
+// logits draft_logits leaves in logits_ / hidden_ / dv_.
+class DflashBackboneDrafter : public Drafter {
+ public:
+  DflashBackboneDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src,
+                        DType dtype, size_t arena_extra, std::vector<int32_t> to_target);
+
+  const std::vector<int>& target_layers() const override { return bb_.config().target_layer_ids; }
+  int begin() override { return bb_.new_sequence(); }
+  void extend(int seq, std::span<const int32_t>, int pos, const TargetFeatures& feats) override {
+    bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
+  }
+  void accept(int seq, std::span<const int32_t>, int pos, const TargetFeatures& feats) override {
+    bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
+  }
+  void accept_batch(std::span<const AcceptJob> jobs) override { bb_.add_contexts(jobs); }
+  void end(int seq) override { bb_.free_sequence(seq); }
+  void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds,
+               Draft& out) override;
+
+ protected:
+  // Every job's block through the backbone, scoring rows from first_row (DflashBackbone::
+  // draft_logits): logits_[j], hidden_[j] and dv_[j] are job j's.
+  void draft_logits(std::span<const DraftJob> jobs, int first_row) {
+    bb_.draft_logits(jobs, first_row, logits_, hidden_, dv_);
+  }
+  // The job's next draft from the logits z of head(dv): appended to its tokens, with its q row
+  // when the round samples a dense q. Returns the target id.
+  int32_t draw_next(const DraftJob& job, const float* z, bool dv);
+
+  DflashBackbone bb_;
+  std::vector<float*> logits_;
+  std::vector<const float*> hidden_;
+  std::vector<bool> dv_;
+
+ private:
+  Sampler sampler_;
+};
+
 // The tensor names a DSpark/DFlash checkpoint may hold for the backbone.
 std::vector<std::string> dflash_backbone_names(const DrafterConfig& cfg);
 

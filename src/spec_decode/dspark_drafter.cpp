@@ -20,14 +20,13 @@ float sigmoid(float x) {
   return 1.f / (1.f + std::exp(-x));
 }
 
-class DsparkDrafter : public Drafter {
+class DsparkDrafter : public DflashBackboneDrafter {
  public:
   DsparkDrafter(const DrafterConfig& cfg, const Model& target, const WeightSource& src, DType dtype,
                 std::vector<int32_t> to_target)
-      : bb_(cfg, target, src, dtype, head_bytes(cfg, target, dtype), 1 << 20,
-            std::move(to_target)) {
+      : DflashBackboneDrafter(cfg, target, src, dtype, head_bytes(cfg, target, dtype),
+                              std::move(to_target)) {
     const int64_t V = target.config().vocab_size, H = bb_.hidden(), r = cfg.markov_rank;
-    vocab_ = int(V);
     WeightArena& a = bb_.arena();
     if (r > 0) {
       // W1 is read by the previous token's target id; W2 adds a bias to each logit of the head, so
@@ -66,7 +65,6 @@ class DsparkDrafter : public Drafter {
       conf_w_ = a.f32(src, "confidence_head.proj.weight", {1, in});
       conf_b_ = *a.f32(src, "confidence_head.proj.bias", {1});
     }
-    layers_ = cfg.target_layer_ids;
   }
 
   static size_t head_bytes(const DrafterConfig& cfg, const Model& target, DType dtype) {
@@ -85,34 +83,13 @@ class DsparkDrafter : public Drafter {
   }
 
   SpecMethod method() const override { return SpecMethod::DSpark; }
-  const std::vector<int>& target_layers() const override { return layers_; }
   int max_draft_tokens() const override { return bb_.config().block_size; }
   bool has_confidence() const override { return bb_.config().confidence_head; }
-
-  int begin() override { return bb_.new_sequence(); }
-  void extend(int seq, std::span<const int32_t>, int pos, const TargetFeatures& feats) override {
-    bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
-  }
-
-  void accept(int seq, std::span<const int32_t> committed, int pos,
-              const TargetFeatures& feats) override {
-    (void)committed;
-    bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
-  }
-  void accept_batch(std::span<const AcceptJob> jobs) override { bb_.add_contexts(jobs); }
-
-  void end(int seq) override { bb_.free_sequence(seq); }
-
-  void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds,
-               Draft& out) override {
-    const DraftJob job{seq, anchor, pos, k, ds, &out};
-    propose_batch(std::span<const DraftJob>(&job, 1));
-  }
 
   // Every job's block runs through the backbone together; the Markov head then samples each
   // block left to right.
   void propose_batch(std::span<const DraftJob> jobs) override {
-    bb_.draft_logits(jobs, /*first_row=*/0, logits_, hidden_, dv_);
+    draft_logits(jobs, /*first_row=*/0);
     for (size_t j = 0; j < jobs.size(); ++j)
       if (jobs[j].k > 0) sample_block(jobs[j], logits_[j], hidden_[j], dv_[j]);
   }
@@ -121,7 +98,6 @@ class DsparkDrafter : public Drafter {
   // z_k = U_k + W2 W1[x_{k-1}] (U: the head's logits of slot k, in place), x_k drawn from z_k.
   void sample_block(const DraftJob& job, float* U, const float* h, bool dv) {
     const DrafterConfig& cfg = bb_.config();
-    const DraftSampling& ds = job.sampling;
     Draft& out = *job.out;
     const int k = job.k;
     const WeightMatrix& w2 = dv ? w2_draft_ : w2_;
@@ -131,7 +107,6 @@ class DsparkDrafter : public Drafter {
     feat_.resize(size_t(H + 2 * r + 1));
     joint_out_.resize(size_t(3 * std::max<int64_t>(r, 1)));
     state_.assign(size_t(std::max<int64_t>(r, 1)), 0.f);
-    if (ds.dense_q()) out.q.resize(size_t(k) * size_t(vocab_));
     int32_t prev = job.anchor;
     for (int i = 0; i < k; ++i) {
       float* z = U + int64_t(i) * V;
@@ -173,25 +148,15 @@ class DsparkDrafter : public Drafter {
         out.confidence.push_back(sigmoid(float(s) / t));
         out.confidence_logit.push_back(float(s));
       }
-      const int32_t x = bb_.draw(z, dv, ds, sampler_,
-                                 ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr);
-      out.tokens.push_back(x);
-      prev = x;
+      prev = draw_next(job, z, dv);
     }
   }
 
-  DflashBackbone bb_;
-  int vocab_ = 0;
-  std::vector<int> layers_;
   WeightMatrix w1_, w2_, w2_draft_, gate_, joint_;
   const float* gate_bias_ = nullptr;
   const float* joint_bias_ = nullptr;
   const float* conf_w_ = nullptr;
   float conf_b_ = 0;
-  Sampler sampler_;
-  std::vector<float*> logits_;
-  std::vector<const float*> hidden_;
-  std::vector<bool> dv_;
   Buffer<float> e_, ge_, feat_, joint_out_;
   std::vector<float> state_;
 };

@@ -7,7 +7,7 @@
 #include <span>
 #include <vector>
 
-#include "sample/rng.h"
+#include "core/rng.h"
 #include "spec_decode/spec_config.h"
 
 namespace dspark {

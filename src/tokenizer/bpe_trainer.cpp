@@ -45,22 +45,18 @@ const char* const kQwen2SplitPattern =
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// GPT-2 bytes_to_unicode. Ids of the base vocabulary follow its list order: the printable
-// bytes '!'..'~', 0xA1..0xAC, 0xAE..0xFF (ids 0..187), then the others in byte order.
+// GPT-2 bytes_to_unicode (td::bytelevel_printable). Ids of the base vocabulary follow its list
+// order: the printable bytes '!'..'~', 0xA1..0xAC, 0xAE..0xFF (ids 0..187), then the others in
+// byte order.
 struct ByteAlphabet {
-  uint32_t byte_to_cp[256];
   uint8_t id_to_byte[256];
   int32_t byte_to_id[256];
   ByteAlphabet() {
-    auto printable = [](uint32_t b) {
-      return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-    };
-    uint32_t n = 0, id = 0;
-    for (uint32_t b = 0; b < 256; ++b) byte_to_cp[b] = printable(b) ? b : 256 + n++;
+    uint32_t id = 0;
     for (uint32_t b = 0; b < 256; ++b)
-      if (printable(b)) id_to_byte[id++] = static_cast<uint8_t>(b);
+      if (td::bytelevel_printable(b)) id_to_byte[id++] = static_cast<uint8_t>(b);
     for (uint32_t b = 0; b < 256; ++b)
-      if (!printable(b)) id_to_byte[id++] = static_cast<uint8_t>(b);
+      if (!td::bytelevel_printable(b)) id_to_byte[id++] = static_cast<uint8_t>(b);
     for (uint32_t i = 0; i < 256; ++i) byte_to_id[id_to_byte[i]] = static_cast<int32_t>(i);
   }
 };
@@ -492,12 +488,7 @@ std::vector<std::string> bpe_added_tokens(int reserved) {
   return out;
 }
 
-std::string bpe_bytes_to_bytelevel(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char b : bytes) td::append_utf8(out, alphabet().byte_to_cp[b]);
-  return out;
-}
+std::string bpe_bytes_to_bytelevel(std::string_view bytes) { return td::bytes_to_bytelevel(bytes); }
 
 std::vector<std::string> corpus_split_files(const std::string& dir, const std::string& split) {
   std::error_code ec;

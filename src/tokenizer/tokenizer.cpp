@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <queue>
 #include <shared_mutex>
@@ -29,45 +30,8 @@ using nlohmann::json;
 
 namespace {
 
-// ---------------------------------------------------------------------------------------------
-// GPT-2 bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 upwards.
-struct ByteLevelAlphabet {
-  uint32_t byte_to_cp[256];
-  int16_t cp_to_byte[324];  // -1 where the code point is not in the alphabet
-  ByteLevelAlphabet() {
-    std::fill(std::begin(cp_to_byte), std::end(cp_to_byte), int16_t{-1});
-    uint32_t n = 0;
-    for (uint32_t b = 0; b < 256; ++b) {
-      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-      byte_to_cp[b] = printable ? b : 256 + n++;
-      cp_to_byte[byte_to_cp[b]] = static_cast<int16_t>(b);
-    }
-  }
-};
-const ByteLevelAlphabet& alphabet() {
-  static const ByteLevelAlphabet a;
-  return a;
-}
-
-// Maps a byte-level token string back to raw bytes; nullopt if a character is outside the
-// alphabet (such a token can never come out of byte-level BPE).
-std::optional<std::string> bytelevel_to_bytes(std::string_view token) {
-  std::string out;
-  out.reserve(token.size());
-  for (size_t i = 0; i < token.size();) {
-    const uint32_t cp = td::next_codepoint(token, i);
-    if (cp >= 324 || alphabet().cp_to_byte[cp] < 0) return std::nullopt;
-    out.push_back(static_cast<char>(alphabet().cp_to_byte[cp]));
-  }
-  return out;
-}
-
-std::string bytes_to_bytelevel(std::string_view bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (unsigned char b : bytes) td::append_utf8(out, alphabet().byte_to_cp[b]);
-  return out;
-}
+using td::bytelevel_to_bytes;
+using td::bytes_to_bytelevel;
 
 // ---------------------------------------------------------------------------------------------
 // Error helpers: every message names the file and the JSON field.
@@ -94,6 +58,21 @@ struct Ctx {
   }
   std::string type(const json& obj, const std::string& field) const {
     return str(get(obj, "type", field + ".type"), field + ".type");
+  }
+  // A pipeline component (normalizer, pre-tokenizer, ...) at `field`: null is none, and a
+  // Sequence hands each element of its array obj[seq_key] to `load` with its field name; both
+  // return "". Any other component returns its type, for the caller.
+  template <class Load>
+  std::string component(const json& obj, const std::string& field, const std::string& seq_key,
+                        Load&& load) const {
+    if (obj.is_null()) return "";
+    std::string t = type(obj, field);
+    if (t != "Sequence") return t;
+    const std::string f = field + "." + seq_key;
+    const json& list = get(obj, seq_key, f);
+    if (!list.is_array()) bad(f, "expected an array");
+    for (size_t i = 0; i < list.size(); ++i) load(list[i], f + "[" + std::to_string(i) + "]");
+    return "";
   }
 };
 
@@ -467,35 +446,21 @@ void BpeTokenizer::load_added(const Ctx& ctx, const json& added, const IdBound& 
 }
 
 void BpeTokenizer::load_normalizer(const Ctx& ctx, const json& n, const std::string& field) {
-  if (n.is_null()) return;
-  const std::string type = ctx.type(n, field);
-  if (type == "Sequence") {
-    const json& list = ctx.get(n, "normalizers", field + ".normalizers");
-    if (!list.is_array()) ctx.bad(field + ".normalizers", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i)
-      load_normalizer(ctx, list[i], field + ".normalizers[" + std::to_string(i) + "]");
-  } else if (type == "NFC") {
-    normalizers_.push_back(td::NormForm::NFC);
-  } else if (type == "NFD") {
-    normalizers_.push_back(td::NormForm::NFD);
-  } else if (type == "NFKC") {
-    normalizers_.push_back(td::NormForm::NFKC);
-  } else if (type == "NFKD") {
-    normalizers_.push_back(td::NormForm::NFKD);
-  } else {
-    ctx.bad(field + ".type", "unsupported normalizer '" + type + "'");
-  }
+  const std::string type = ctx.component(
+      n, field, "normalizers", [&](const json& e, const std::string& f) { load_normalizer(ctx, e, f); });
+  if (type.empty()) return;
+  static const std::map<std::string, td::NormForm> kForms = {
+      {"NFC", td::NormForm::NFC}, {"NFD", td::NormForm::NFD}, {"NFKC", td::NormForm::NFKC}, {"NFKD", td::NormForm::NFKD}};
+  auto form = kForms.find(type);
+  if (form == kForms.end()) ctx.bad(field + ".type", "unsupported normalizer '" + type + "'");
+  normalizers_.push_back(form->second);
 }
 
 void BpeTokenizer::load_pre_tokenizer(const Ctx& ctx, const json& p, const std::string& field) {
-  if (p.is_null()) return;
-  const std::string type = ctx.type(p, field);
-  if (type == "Sequence") {
-    const json& list = ctx.get(p, "pretokenizers", field + ".pretokenizers");
-    if (!list.is_array()) ctx.bad(field + ".pretokenizers", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i)
-      load_pre_tokenizer(ctx, list[i], field + ".pretokenizers[" + std::to_string(i) + "]");
-  } else if (type == "ByteLevel") {
+  const std::string type = ctx.component(
+      p, field, "pretokenizers", [&](const json& e, const std::string& f) { load_pre_tokenizer(ctx, e, f); });
+  if (type.empty()) return;
+  if (type == "ByteLevel") {
     PreStep s;
     s.byte_level = true;
     s.add_prefix_space = ctx.flag(p, "add_prefix_space", field, true);
@@ -542,14 +507,10 @@ int32_t BpeTokenizer::resolve_token(const Ctx& ctx, const std::string& token, co
 }
 
 void BpeTokenizer::load_post_processor(const Ctx& ctx, const json& p, const std::string& field) {
-  if (p.is_null()) return;
-  const std::string type = ctx.type(p, field);
-  if (type == "Sequence") {
-    const json& list = ctx.get(p, "processors", field + ".processors");
-    if (!list.is_array()) ctx.bad(field + ".processors", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i)
-      load_post_processor(ctx, list[i], field + ".processors[" + std::to_string(i) + "]");
-  } else if (type == "ByteLevel") {
+  const std::string type = ctx.component(
+      p, field, "processors", [&](const json& e, const std::string& f) { load_post_processor(ctx, e, f); });
+  if (type.empty()) return;
+  if (type == "ByteLevel") {
     // Only adjusts offsets; ids are unchanged.
   } else if (type == "TemplateProcessing") {
     PostStep step;
@@ -599,15 +560,9 @@ void BpeTokenizer::load_post_processor(const Ctx& ctx, const json& p, const std:
 }
 
 void BpeTokenizer::check_decoder(const Ctx& ctx, const json& d, const std::string& field) const {
-  if (d.is_null()) return;
-  const std::string type = ctx.type(d, field);
-  if (type == "ByteLevel") return;
-  if (type == "Sequence") {
-    const json& list = ctx.get(d, "decoders", field + ".decoders");
-    if (!list.is_array()) ctx.bad(field + ".decoders", "expected an array");
-    for (size_t i = 0; i < list.size(); ++i) check_decoder(ctx, list[i], field + ".decoders[" + std::to_string(i) + "]");
-    return;
-  }
+  const std::string type =
+      ctx.component(d, field, "decoders", [&](const json& e, const std::string& f) { check_decoder(ctx, e, f); });
+  if (type.empty() || type == "ByteLevel") return;
   ctx.bad(field + ".type", "unsupported decoder '" + type + "' (only ByteLevel)");
 }
 

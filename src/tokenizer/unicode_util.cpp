@@ -15,6 +15,50 @@
 namespace dspark::tokenizer_detail {
 
 namespace {
+
+struct ByteLevelAlphabet {
+  uint32_t byte_to_cp[256];
+  int16_t cp_to_byte[324];  // -1 where the code point is not in the alphabet
+  ByteLevelAlphabet() {
+    std::fill(std::begin(cp_to_byte), std::end(cp_to_byte), int16_t{-1});
+    uint32_t n = 0;
+    for (uint32_t b = 0; b < 256; ++b) {
+      byte_to_cp[b] = bytelevel_printable(b) ? b : 256 + n++;
+      cp_to_byte[byte_to_cp[b]] = static_cast<int16_t>(b);
+    }
+  }
+};
+const ByteLevelAlphabet& bytelevel_alphabet() {
+  static const ByteLevelAlphabet a;
+  return a;
+}
+
+}  // namespace
+
+bool bytelevel_printable(uint32_t b) {
+  return (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+}
+
+std::string bytes_to_bytelevel(std::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (unsigned char b : bytes) append_utf8(out, bytelevel_alphabet().byte_to_cp[b]);
+  return out;
+}
+
+std::optional<std::string> bytelevel_to_bytes(std::string_view token) {
+  const ByteLevelAlphabet& a = bytelevel_alphabet();
+  std::string out;
+  out.reserve(token.size());
+  for (size_t i = 0; i < token.size();) {
+    const uint32_t cp = next_codepoint(token, i);
+    if (cp >= 324 || a.cp_to_byte[cp] < 0) return std::nullopt;
+    out.push_back(static_cast<char>(a.cp_to_byte[cp]));
+  }
+  return out;
+}
+
+namespace {
 constexpr const char kReplacement[] = "\xEF\xBF\xBD";  // U+FFFD
 }
 

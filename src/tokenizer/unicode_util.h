@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -33,6 +34,15 @@ uint32_t next_codepoint(std::string_view s, size_t& i);
 
 // True when s is well-formed UTF-8 (no surrogates, no overlongs, <= U+10FFFF).
 bool is_valid_utf8(std::string_view s);
+
+// GPT-2's bytes_to_unicode, the alphabet byte-level BPE spells tokens in: the printable bytes
+// '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for themselves, the others for U+0100 upwards in
+// byte order.
+bool bytelevel_printable(uint32_t byte);
+std::string bytes_to_bytelevel(std::string_view bytes);
+// Raw bytes of a byte-level token; nullopt if a character is outside the alphabet (such a token
+// can never come out of byte-level BPE).
+std::optional<std::string> bytelevel_to_bytes(std::string_view token);
 
 // Decodes bytes the way the WHATWG "utf-8" TextDecoder does (non-fatal): every maximal
 // subpart of an ill-formed sequence becomes one U+FFFD. Stops before a trailing sequence

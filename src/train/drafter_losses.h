@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "sample/rng.h"
+#include "core/rng.h"
 
 namespace dspark::train {
 

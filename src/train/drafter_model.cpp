@@ -15,29 +15,15 @@ std::pair<torch::Tensor, torch::Tensor> rope_at(const torch::Tensor& inv_freq, c
   return {emb.cos(), emb.sin()};
 }
 
-DraftLayerImpl::DraftLayerImpl(const ModelConfig& c) {
-  input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  self_attn = register_module("self_attn", Attention(c));
-  post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
-  mlp = register_module("mlp", MLP(c));
-}
-
 torch::Tensor DraftLayerImpl::forward(const torch::Tensor& h, const torch::Tensor& ctx, const torch::Tensor& bcos,
                                       const torch::Tensor& bsin, const torch::Tensor& ccos, const torch::Tensor& csin,
                                       const torch::Tensor& mask) {
   auto& at = *self_attn;
-  const int64_t Nb = h.size(0), T = ctx.size(0), nh = at.n_heads, nkv = at.n_kv, hd = at.head_dim;
+  const int64_t Nb = h.size(0), nh = at.n_heads, nkv = at.n_kv, hd = at.head_dim;
   auto a = input_layernorm(h);
-  auto q = at.q_proj(a).view({Nb, nh, hd});
-  auto kb = at.k_proj(a).view({Nb, nkv, hd});
-  auto vb = at.v_proj(a).view({Nb, nkv, hd});
-  auto kc = at.k_proj(ctx).view({T, nkv, hd});
-  auto vc = at.v_proj(ctx).view({T, nkv, hd});
-  if (at.qk_norm) {
-    q = at.q_norm(q);
-    kb = at.k_norm(kb);
-    kc = at.k_norm(kc);
-  }
+  auto q = at.q_heads(a);
+  auto [kb, vb] = at.kv_heads(a);
+  auto [kc, vc] = at.kv_heads(ctx);
   // [heads, rows, hd]; RoPE at each row's own position.
   q = apply_rope(q.transpose(0, 1), bcos, bsin);
   kb = apply_rope(kb.transpose(0, 1), bcos, bsin);

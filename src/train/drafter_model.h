@@ -15,16 +15,13 @@ namespace dspark::train {
 
 // One draft layer: queries from the block rows; keys/values from the context rows (the fused
 // target features, no input norm) followed by the block rows.
-struct DraftLayerImpl : torch::nn::Module {
-  explicit DraftLayerImpl(const ModelConfig& c);
+struct DraftLayerImpl : DecoderLayerParts {
+  explicit DraftLayerImpl(const ModelConfig& c) : DecoderLayerParts(c) {}
   // h [Nb, H] block rows; ctx [T, H]; cos/sin for block [Nb, hd] and context [T, hd];
   // mask [Nb, T + Nb] additive (0 or -inf).
   torch::Tensor forward(const torch::Tensor& h, const torch::Tensor& ctx, const torch::Tensor& bcos,
                         const torch::Tensor& bsin, const torch::Tensor& ccos, const torch::Tensor& csin,
                         const torch::Tensor& mask);
-  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
-  Attention self_attn{nullptr};
-  MLP mlp{nullptr};
 };
 TORCH_MODULE(DraftLayer);
 

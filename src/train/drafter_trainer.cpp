@@ -222,13 +222,8 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Tra
   auto attend = [&](AttentionImpl& at, const torch::Tensor& in, int64_t l, const torch::Tensor& cos, const torch::Tensor& sin,
                     const torch::Tensor& att_mask) {
     const int64_t nh = at.n_heads, nkv = at.n_kv, hd = at.head_dim;
-    auto q = at.q_proj(in).view({n, nh, hd});
-    auto k = at.k_proj(in).view({n, nkv, hd});
-    auto v = at.v_proj(in).view({n, nkv, hd});
-    if (at.qk_norm) {
-      q = at.q_norm(q);
-      k = at.k_norm(k);
-    }
+    auto q = at.q_heads(in);
+    auto [k, v] = at.kv_heads(in);
     q = apply_rope(q.transpose(0, 1), cos, sin);
     ks[size_t(l)].push_back(apply_rope(k.transpose(0, 1), cos, sin));
     vs[size_t(l)].push_back(v.transpose(0, 1));
@@ -414,7 +409,7 @@ void check_dataset(const HiddenDataset& data, const DrafterTrainConfig& c) {
   const std::string recorded = target.is_object() ? target.value("config_crc32", std::string()) : std::string();
   if (!recorded.empty()) {  // datasets written without the target's CRC cannot be checked
     const std::string config = (fs::path(c.target) / "config.json").string();
-    const std::string now = datagen::crc32_hex(crc32_file(config));
+    const std::string now = crc32_hex(crc32_file(config));
     if (now != recorded)
       fail(mp, ": field \"target.config_crc32\" is ", recorded, " but the --target config ", config, " has CRC32 ",
            now, ": the hidden states were computed from another target; pass that --target or recompute --data");

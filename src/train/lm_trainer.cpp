@@ -9,7 +9,7 @@
 #include "core/mmap_file.h"
 #include "core/timer.h"
 #include "data/token_shards.h"
-#include "sample/rng.h"
+#include "core/rng.h"
 #include "tokenizer/tokenizer.h"
 #include "train/checkpoint.h"
 #include "train/precision.h"

@@ -1,11 +1,13 @@
-// Training progress: a one-line progress bar on stderr and a JSONL log of every step. Thread-safe
-// (the online trainer's workers log events while the training thread logs steps).
+// Training progress: the progress line on stderr (core/progress.h) and a JSONL log of every step.
+// Thread-safe (the online trainer's workers log events while the training thread logs steps).
 #pragma once
 
 #include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+
+#include "core/progress.h"
 
 namespace dspark::train {
 
@@ -25,17 +27,13 @@ class Progress {
   void set_total(int64_t total_steps);
 
  private:
-  int64_t total_;
+  ProgressBar bar_;  // on a terminal every step redraws it
   FILE* log_ = nullptr;
-  bool tty_;
   double start_;
-  double last_print_ = 0;
   int64_t start_step_ = -1;
   int64_t start_tokens_ = 0;
   std::string status_;
   std::mutex mu_;
 };
-
-std::string format_duration(double seconds);
 
 }  // namespace dspark::train

@@ -43,16 +43,31 @@ AttentionImpl::AttentionImpl(const ModelConfig& c)
   }
 }
 
+namespace {
+// y [..., n * hd] viewed as [..., n, hd].
+torch::Tensor split_heads(const torch::Tensor& y, int64_t n, int64_t hd) {
+  std::vector<int64_t> shape = y.sizes().vec();
+  shape.back() = n;
+  shape.push_back(hd);
+  return y.view(shape);
+}
+}  // namespace
+
+torch::Tensor AttentionImpl::q_heads(const torch::Tensor& x) {
+  auto q = split_heads(q_proj(x), n_heads, head_dim);
+  return qk_norm ? q_norm(q) : q;
+}
+
+std::pair<torch::Tensor, torch::Tensor> AttentionImpl::kv_heads(const torch::Tensor& x) {
+  auto k = split_heads(k_proj(x), n_kv, head_dim);
+  return {qk_norm ? k_norm(k) : k, split_heads(v_proj(x), n_kv, head_dim)};
+}
+
 torch::Tensor AttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                                      const torch::Tensor& mask) {
   const int64_t B = x.size(0), T = x.size(1);
-  auto q = q_proj(x).view({B, T, n_heads, head_dim});
-  auto k = k_proj(x).view({B, T, n_kv, head_dim});
-  auto v = v_proj(x).view({B, T, n_kv, head_dim});
-  if (qk_norm) {
-    q = q_norm(q);
-    k = k_norm(k);
-  }
+  auto q = q_heads(x);
+  auto [k, v] = kv_heads(x);
   q = apply_rope(q.transpose(1, 2), cos, sin);
   k = apply_rope(k.transpose(1, 2), cos, sin);
   v = v.transpose(1, 2);
@@ -80,7 +95,7 @@ MLPImpl::MLPImpl(const ModelConfig& c) {
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) { return down_proj(torch::silu(gate_proj(x)) * up_proj(x)); }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig& c) {
+DecoderLayerParts::DecoderLayerParts(const ModelConfig& c) {
   input_layernorm = register_module("input_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));
   self_attn = register_module("self_attn", Attention(c));
   post_attention_layernorm = register_module("post_attention_layernorm", RMSNorm(c.hidden_size, c.rms_norm_eps));

@@ -24,6 +24,10 @@ struct AttentionImpl : torch::nn::Module {
   // x [B, T, H]; cos/sin [T, hd]; mask [T, T] additive (or undefined for none) -> [B, T, H]
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& mask);
+  // Rows x [..., H] projected to heads: q [..., n_heads, head_dim]; k and v [..., n_kv, head_dim].
+  // q and k are normed with qk_norm. (No RoPE.)
+  torch::Tensor q_heads(const torch::Tensor& x);
+  std::pair<torch::Tensor, torch::Tensor> kv_heads(const torch::Tensor& x);
   int64_t n_heads, n_kv, head_dim;
   bool qk_norm;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -38,13 +42,19 @@ struct MLPImpl : torch::nn::Module {
 };
 TORCH_MODULE(MLP);
 
-struct DecoderLayerImpl : torch::nn::Module {
-  explicit DecoderLayerImpl(const ModelConfig& c);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                        const torch::Tensor& mask);
+// The modules of a pre-norm decoder layer, under their HF names: the target's layer and the
+// DSpark/DFlash draft layer run them, each its own way.
+struct DecoderLayerParts : torch::nn::Module {
+  explicit DecoderLayerParts(const ModelConfig& c);
   RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   Attention self_attn{nullptr};
   MLP mlp{nullptr};
+};
+
+struct DecoderLayerImpl : DecoderLayerParts {
+  explicit DecoderLayerImpl(const ModelConfig& c) : DecoderLayerParts(c) {}
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& mask);
 };
 TORCH_MODULE(DecoderLayer);
 

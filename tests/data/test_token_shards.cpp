@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/crc32.h"
 #include "core/error.h"
-#include "data/compress.h"
 #include "data/corpus.h"
 #include "data/token_shards.h"
 #include "data/tokenize_corpus.h"
@@ -99,7 +99,7 @@ TEST(TokenShards, RoundTripMatchesDirectEncoding) {
   const Tokenized& tk = shared();
   for (const auto& split : corpus_splits()) expect_round_trip(tk, split);
   const TokenShards s = TokenShards::open(tk.shards, "train");
-  EXPECT_EQ(s.tokenizer_crc(), crc32_of_file(tk.tokenizer));
+  EXPECT_EQ(s.tokenizer_crc(), crc32_file(tk.tokenizer));
   EXPECT_EQ(s.vocab_size(), 303);
   EXPECT_EQ(s.eot_id(), 300);
   EXPECT_EQ(json::parse(slurp(tk.shards + "/manifest.json"))["dtype"], "uint16");
@@ -142,7 +142,7 @@ TEST(Tokenize, CountsRecordedInBothManifests) {
   const Tokenized& tk = shared();
   const json tm = json::parse(slurp(tk.shards + "/manifest.json"));
   const json cm = json::parse(slurp(tk.corpus + "/manifest.json"));
-  const std::string key = crc32_hex(crc32_of_file(tk.tokenizer));
+  const std::string key = crc32_hex(crc32_file(tk.tokenizer));
   ASSERT_TRUE(cm["tokens"].contains(key)) << cm["tokens"].dump();
   int64_t total = 0;
   for (const auto& d : tm["domains"])
@@ -150,7 +150,7 @@ TEST(Tokenize, CountsRecordedInBothManifests) {
       const int64_t n = d["splits"][s]["tokens"];
       EXPECT_EQ(cm["tokens"][key]["counts"][d["name"].get<std::string>()][s].get<int64_t>(), n);
       EXPECT_EQ(d["splits"][s]["crc32"].get<std::string>(),
-                crc32_hex(crc32_of_file(tk.shards + "/" + d["splits"][s]["file"].get<std::string>())));
+                crc32_hex(crc32_file(tk.shards + "/" + d["splits"][s]["file"].get<std::string>())));
       total += n;
     }
   EXPECT_EQ(total, tk.result.total_tokens);

@@ -16,7 +16,7 @@
 #include "datagen/regen_file.h"
 #include "fixtures.h"
 #include "model/forward.h"
-#include "sample/rng.h"
+#include "core/rng.h"
 
 namespace dspark::testing {
 namespace {
@@ -134,7 +134,7 @@ TEST(DatagenHidden, StoredSlotsEqualForwardTapsOfTheSequenceAlone) {
   ASSERT_EQ(m["samples"].size(), 10u);
   for (size_t i = 0; i < 10; ++i) {
     const json& e = m["samples"][i];
-    EXPECT_EQ(e["crc32"], datagen::crc32_hex(crc32_file(d.path() + "/hs/" + e["file"].get<std::string>())));
+    EXPECT_EQ(e["crc32"], crc32_hex(crc32_file(d.path() + "/hs/" + e["file"].get<std::string>())));
     EXPECT_EQ(e["tokens"], recs[i].input_ids.size());
     EXPECT_EQ(e["loss_tokens"], recs[i].loss_tokens());
     EXPECT_EQ(e["id"], recs[i].id);
@@ -243,7 +243,7 @@ TEST(DatagenHidden, ReaderErrorsNameTheFile) {
   }
   fs::rename(f2 + ".new", f2);
   json m = json::parse(slurp(out + "/manifest.json"));
-  m["samples"][2]["crc32"] = datagen::crc32_hex(crc32_file(f2));
+  m["samples"][2]["crc32"] = crc32_hex(crc32_file(f2));
   m["samples"][2]["tokens"] = m["samples"][1]["tokens"];
   m["samples"][2]["loss_tokens"] = m["samples"][1]["loss_tokens"];
   std::ofstream(out + "/manifest.json") << m.dump();
@@ -292,7 +292,7 @@ TEST(DatagenHidden, RerunWithAnotherSourceIsRefusedNamingBoth) {
   const std::string before = slurp(manifest);
   EXPECT_EQ(json::parse(before)["source"]["records"], 3);
   const std::string text = slurp(first);
-  EXPECT_EQ(json::parse(before)["source"]["crc32"], datagen::crc32_hex(crc32_bytes(text.data(), text.size())));
+  EXPECT_EQ(json::parse(before)["source"]["crc32"], crc32_hex(crc32_bytes(text.data(), text.size())));
 
   const std::string other = d.write("other.jsonl", datagen::regen_record_line(make_records(1, 7)[0]) + "\n");
   const std::string err = error_of([&] { datagen::extract_hidden(*model, other, out, quiet({1})); });

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "sample/rng.h"
+#include "core/rng.h"
 #include "spec_decode/calibration.h"
 
 namespace dspark {

@@ -190,7 +190,7 @@ TEST(TrainErrors, DatasetOfAnotherTargetConfigIsRefused) {
   TempDir t;
   const std::string config = pipeline().target + "/config.json";
   const std::string data = edited_dataset(t, [&](json& m) {
-    m["target"]["config_crc32"] = datagen::crc32_hex(crc32_file(config));
+    m["target"]["config_crc32"] = crc32_hex(crc32_file(config));
   });
   const std::string manifest = data + "/manifest.json";
   {

@@ -9,7 +9,7 @@
 // requests in, drains and runs the loop's thread.
 //
 // A request's output depends only on the request: its random draws come from streams keyed by
-// its seed and the token position (sample/rng.h), so in --dtype f32 a greedy request's tokens are
+// its seed and the token position (core/rng.h), so in --dtype f32 a greedy request's tokens are
 // the ones `dspark generate` gives for it alone, at any concurrency.
 #pragma once
 

@@ -337,11 +337,6 @@ int main(int argc, char** argv) {
   // alternating pairs of 10-step runs, identical losses).
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   mallopt(M_MMAP_THRESHOLD, 128 << 10);
-  // Two heaps (arenas) for all threads instead of glibc's eight per core: the small buffers that
-  // the online source's threads and libtorch's free in sizes that follow the samples left free
-  // chunks in every arena, each too small to give back (the heap's free bytes grew 17 -> 27 MiB
-  // over the first 16 minutes of the demo's online soak before they levelled off).
-  mallopt(M_ARENA_MAX, 2);
   // Buffers above that threshold are mmapped, zeroed by the kernel on first touch and unmapped
   // when freed; libtorch tensors of 256 KiB and more come from a caching allocator instead.
   try {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <utility>
 
@@ -48,26 +49,21 @@ class Buffer {
 };
 
 // Large allocation backed by anonymous memory with transparent huge pages requested.
-// Pages are committed on first touch, so a large reservation costs nothing until used.
+// Pages are committed on first touch, so a large reservation costs nothing until used. Move-only;
+// unmapped when it goes.
 class HugeBuffer {
  public:
   HugeBuffer() = default;
   explicit HugeBuffer(size_t bytes);
-  HugeBuffer(const HugeBuffer&) = delete;
-  HugeBuffer& operator=(const HugeBuffer&) = delete;
-  HugeBuffer(HugeBuffer&& o) noexcept { *this = std::move(o); }
-  HugeBuffer& operator=(HugeBuffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  ~HugeBuffer();
-  void* data() const { return data_; }
-  size_t bytes() const { return bytes_; }
+  void* data() const { return mem_.get(); }
+  size_t bytes() const { return mem_ ? mem_.get_deleter().bytes : 0; }
 
  private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
+  struct Unmap {
+    size_t bytes;  // no initializer, so that unique_ptr may default-construct it (zero)
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Unmap> mem_;
 };
 
 }  // namespace dspark

@@ -80,17 +80,15 @@ void write_file_atomic(const std::string& path, const void* data, size_t n) {
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail(path, ": rename failed: ", std::strerror(errno));
 }
 
-HugeBuffer::HugeBuffer(size_t bytes) : bytes_(bytes) {
+HugeBuffer::HugeBuffer(size_t bytes) {
   if (bytes == 0) return;
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
   if (p == MAP_FAILED) fail("cannot reserve ", bytes, " bytes of memory: ", std::strerror(errno));
   ::madvise(p, bytes, MADV_HUGEPAGE);
-  data_ = p;
+  mem_ = std::unique_ptr<void, Unmap>(p, Unmap{bytes});
 }
 
-HugeBuffer::~HugeBuffer() {
-  if (data_) ::munmap(data_, bytes_);
-}
+void HugeBuffer::Unmap::operator()(void* p) const { ::munmap(p, bytes); }
 
 }  // namespace dspark

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <stdexcept>
+#include <utility>
 
 #include "data/text_util.h"
 
@@ -167,14 +168,12 @@ std::vector<Tok> tokenize_line(std::string_view s) {
       i = j;
       continue;
     }
-    if (starts_with(s.substr(i), "×")) {
-      out.push_back({Tok::Op, {}, '*'});
-      i += std::string_view("×").size();
-      continue;
-    }
-    if (starts_with(s.substr(i), "÷")) {
-      out.push_back({Tok::Op, {}, '/'});
-      i += std::string_view("÷").size();
+    static constexpr std::pair<std::string_view, char> kSigns[] = {{"×", '*'}, {"÷", '/'}};
+    const auto sign = std::find_if(std::begin(kSigns), std::end(kSigns),
+                                   [&](const auto& k) { return starts_with(s.substr(i), k.first); });
+    if (sign != std::end(kSigns)) {
+      out.push_back({Tok::Op, {}, sign->second});
+      i += sign->first.size();
       continue;
     }
     if (c == '+' || c == '-') {
@@ -184,18 +183,8 @@ std::vector<Tok> tokenize_line(std::string_view s) {
       ++i;
       continue;
     }
-    if (c == '(') {
-      out.push_back({Tok::LParen, {}, 0});
-      ++i;
-      continue;
-    }
-    if (c == ')') {
-      out.push_back({Tok::RParen, {}, 0});
-      ++i;
-      continue;
-    }
-    if (c == '=') {
-      out.push_back({Tok::Eq, {}, 0});
+    if (c == '(' || c == ')' || c == '=') {
+      out.push_back({c == '(' ? Tok::LParen : c == ')' ? Tok::RParen : Tok::Eq, {}, 0});
       ++i;
       continue;
     }
@@ -222,23 +211,16 @@ class Eval {
   }
 
  private:
-  bool expr(Rational* v) {
-    if (!term(v)) return false;
-    while (i_ < e_ && t_[i_].kind == Tok::Op && (t_[i_].op == '+' || t_[i_].op == '-')) {
+  bool expr(Rational* v) { return chain(v, '+', '-', &Eval::term); }
+  bool term(Rational* v) { return chain(v, '*', '/', &Eval::atom); }
+  // operand (op1 | op2 operand)*, left to right; operands are parsed by `operand`.
+  bool chain(Rational* v, char op1, char op2, bool (Eval::*operand)(Rational*)) {
+    if (!(this->*operand)(v)) return false;
+    while (i_ < e_ && t_[i_].kind == Tok::Op && (t_[i_].op == op1 || t_[i_].op == op2)) {
       const char op = t_[i_++].op;
       Rational r;
-      if (!term(&r)) return false;
-      *v = op == '+' ? *v + r : *v - r;
-    }
-    return true;
-  }
-  bool term(Rational* v) {
-    if (!atom(v)) return false;
-    while (i_ < e_ && t_[i_].kind == Tok::Op && (t_[i_].op == '*' || t_[i_].op == '/')) {
-      const char op = t_[i_++].op;
-      Rational r;
-      if (!atom(&r)) return false;
-      *v = op == '*' ? *v * r : *v / r;
+      if (!(this->*operand)(&r)) return false;
+      *v = op == '+' ? *v + r : op == '-' ? *v - r : op == '*' ? *v * r : *v / r;
     }
     return true;
   }

@@ -1,6 +1,7 @@
 #include "data/gcide.h"
 
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "data/text_util.h"
@@ -78,14 +79,17 @@ bool is_source_tag(std::string_view content) {
   return any_word;
 }
 
-std::string strip_source_tags(std::string_view s) {
+// s with each "[...]" of at most `max_len` characters (brackets included) that `rewrite` takes
+// replaced: rewrite(inside) returns the replacement, or nullopt to keep the text as it is.
+template <class Rewrite>
+std::string rewrite_brackets(std::string_view s, size_t max_len, Rewrite rewrite) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '[') {
-      const size_t close = s.find(']', i);
-      if (close != std::string_view::npos && close - i < 60 && s.substr(i, close - i).find('\n') == std::string_view::npos &&
-          is_source_tag(s.substr(i + 1, close - i - 1))) {
+    const size_t close = s[i] == '[' ? s.find(']', i) : std::string_view::npos;
+    if (close != std::string_view::npos && close - i + 1 <= max_len) {
+      if (std::optional<std::string> r = rewrite(s.substr(i + 1, close - i - 1))) {
+        out += *r;
         i = close;
         continue;
       }
@@ -95,7 +99,13 @@ std::string strip_source_tags(std::string_view s) {
   return out;
 }
 
-// Removes "\Grav"i*ty\" spans and the pronunciation in parentheses right after the first one.
+std::string strip_source_tags(std::string_view s) {
+  return rewrite_brackets(s, 60, [](std::string_view inside) -> std::optional<std::string> {
+    if (inside.find('\n') != std::string_view::npos || !is_source_tag(inside)) return std::nullopt;
+    return "";
+  });
+}
+
 std::string strip_pronunciation(std::string_view s) {
   std::string out;
   bool first = true;
@@ -160,44 +170,27 @@ bool sense_start(std::string_view t) {
 }  // namespace
 
 std::string gcide_accents(std::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '[') {
-      const size_t close = s.find(']', i);
-      if (close != std::string_view::npos && close - i <= 8) {
-        const std::string code(s.substr(i + 1, close - i - 1));
-        if (auto it = named_codes().find(code); it != named_codes().end()) {
-          out += it->second;
-          i = close;
-          continue;
-        }
-        // One letter with a mark before or after it: [a^] [=a] ['e] ["o] [,c] [.r] [^o].
-        if (code.size() == 2) {
-          const bool letter0 = (code[0] >= 'a' && code[0] <= 'z') || (code[0] >= 'A' && code[0] <= 'Z');
-          const bool letter1 = (code[1] >= 'a' && code[1] <= 'z') || (code[1] >= 'A' && code[1] <= 'Z');
-          const char* mark = nullptr;
-          char letter = 0;
-          if (letter0 && !letter1 && code[1] == '^') {
-            mark = combining('^', true);
-            letter = code[0];
-          } else if (!letter0 && letter1) {
-            mark = combining(code[0], false);
-            letter = code[1];
-          }
-          if (mark) {
-            const std::string composed = std::string(1, letter) + mark;
-            auto pc = precomposed().find(composed);
-            out += pc != precomposed().end() ? pc->second : composed;
-            i = close;
-            continue;
-          }
-        }
-      }
+  return rewrite_brackets(s, 9, [](std::string_view inside) -> std::optional<std::string> {
+    const std::string code(inside);
+    if (auto it = named_codes().find(code); it != named_codes().end()) return it->second;
+    // One letter with a mark before or after it: [a^] [=a] ['e] ["o] [,c] [.r] [^o].
+    if (code.size() != 2) return std::nullopt;
+    const bool letter0 = (code[0] >= 'a' && code[0] <= 'z') || (code[0] >= 'A' && code[0] <= 'Z');
+    const bool letter1 = (code[1] >= 'a' && code[1] <= 'z') || (code[1] >= 'A' && code[1] <= 'Z');
+    const char* mark = nullptr;
+    char letter = 0;
+    if (letter0 && !letter1 && code[1] == '^') {
+      mark = combining('^', true);
+      letter = code[0];
+    } else if (!letter0 && letter1) {
+      mark = combining(code[0], false);
+      letter = code[1];
     }
-    out += s[i];
-  }
-  return out;
+    if (!mark) return std::nullopt;
+    const std::string composed = std::string(1, letter) + mark;
+    auto pc = precomposed().find(composed);
+    return pc != precomposed().end() ? pc->second : composed;
+  });
 }
 
 // Some articles end with the next article's headword after the last source tag

@@ -239,10 +239,15 @@ class Builder {
     return v[size_t(rng_.below(v.size()))];
   }
   std::string one(const std::vector<std::string>& v) { return pick(v); }
+  // One of `asks` about an excerpt of `body` (lo to hi characters): `vars`, then {text}, filled in.
+  std::string about_excerpt(const std::string& body, int64_t lo, int64_t hi,
+                            const std::vector<std::string>& asks,
+                            std::vector<std::pair<std::string, std::string>> vars) {
+    vars.emplace_back("text", excerpt(body, size_t(rng_.range(lo, hi))));
+    return fill(one(asks), vars);
+  }
 
   std::string manual() {
-    const Manual& m = pick(s_.manuals);
-    const std::string text = excerpt(m.body, size_t(rng_.range(600, 3000)));
     static const std::vector<std::string> kAsk = {
         "Summarize:\n\n{text}",
         "Summarize this section of the {title} manual in a few sentences.\n\n{text}",
@@ -261,7 +266,8 @@ class Builder {
         "From the passage below, which options or commands are mentioned, and what does each do?"
         "\n\n{text}",
     };
-    return fill(one(kAsk), {{"title", m.title}, {"node", m.node}, {"text", text}});
+    const Manual& m = pick(s_.manuals);
+    return about_excerpt(m.body, 600, 3000, kAsk, {{"title", m.title}, {"node", m.node}});
   }
 
   std::string manual_multi() {
@@ -284,8 +290,6 @@ class Builder {
   }
 
   std::string scripture() {
-    const Chapter& c = pick(s_.chapters);
-    const std::string text = excerpt(c.body, size_t(rng_.range(500, 2500)));
     static const std::vector<std::string> kAsk = {
         "Summarize {name} of the King James Bible.",
         "Retell this passage in modern, simple English:\n\n{text}",
@@ -294,7 +298,8 @@ class Builder {
         "What is the main message of {name}? Quote one verse.",
         "Explain the meaning of the following verses.\n\n{text}",
     };
-    return fill(one(kAsk), {{"name", c.name}, {"text", text}});
+    const Chapter& c = pick(s_.chapters);
+    return about_excerpt(c.body, 500, 2500, kAsk, {{"name", c.name}});
   }
 
   std::string words() {

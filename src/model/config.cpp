@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <array>
 #include <cmath>
 #include <filesystem>
 
@@ -208,6 +209,21 @@ int64_t ModelConfig::num_parameters() const {
   return int64_t(vocab_size) * H * (tie_word_embeddings ? 1 : 2) + per_layer * num_layers + H;
 }
 
+namespace {
+
+// The sizes that tell one shape of an architecture from another, in this order: vocabulary,
+// hidden, intermediate, layers, heads, KV heads, head dimension, BOS id; then the EOS ids.
+void set_sizes(ModelConfig& c, const std::array<int, 8>& sizes, std::vector<int> eos) {
+  static constexpr int ModelConfig::*kFields[] = {
+      &ModelConfig::vocab_size, &ModelConfig::hidden_size,  &ModelConfig::intermediate_size,
+      &ModelConfig::num_layers, &ModelConfig::num_heads,    &ModelConfig::num_kv_heads,
+      &ModelConfig::head_dim,   &ModelConfig::bos_token_id};
+  for (size_t i = 0; i < sizes.size(); ++i) c.*kFields[i] = sizes[i];
+  c.eos_token_ids = std::move(eos);
+}
+
+}  // namespace
+
 ModelConfig shape_config(const std::string& name) {
   ModelConfig c;
   if (name == "qwen3-0.6b" || name == "qwen3-1.7b" || name == "tiny-qwen3") {
@@ -217,30 +233,12 @@ ModelConfig shape_config(const std::string& name) {
     c.rope_theta = 1000000.f;
     c.tie_word_embeddings = true;
     c.max_position_embeddings = 40960;
-    c.bos_token_id = 151643;
-    c.eos_token_ids = {151645};
-    c.vocab_size = 151936;
-    c.num_layers = 28;
-    c.num_heads = 16;
-    c.num_kv_heads = 8;
-    c.head_dim = 128;
-    if (name == "qwen3-0.6b") {
-      c.hidden_size = 1024;
-      c.intermediate_size = 3072;
-    } else if (name == "qwen3-1.7b") {
-      c.hidden_size = 2048;
-      c.intermediate_size = 6144;
-    } else {
-      c.vocab_size = 512;
-      c.hidden_size = 64;
-      c.intermediate_size = 128;
-      c.num_layers = 2;
-      c.num_heads = 4;
-      c.num_kv_heads = 2;
-      c.head_dim = 16;
-      c.bos_token_id = 1;
-      c.eos_token_ids = {2};
-    }
+    if (name == "qwen3-0.6b")
+      set_sizes(c, {151936, 1024, 3072, 28, 16, 8, 128, 151643}, {151645});
+    else if (name == "qwen3-1.7b")
+      set_sizes(c, {151936, 2048, 6144, 28, 16, 8, 128, 151643}, {151645});
+    else
+      set_sizes(c, {512, 64, 128, 2, 4, 2, 16, 1}, {2});
     return c;
   }
   if (name == "llama-3.2-1b" || name == "tiny-llama") {
@@ -248,29 +246,13 @@ ModelConfig shape_config(const std::string& name) {
     c.architecture = "LlamaForCausalLM";
     c.rope_theta = 500000.f;
     c.rope_scaling = RopeScaling{"llama3", 32.f, 1.f, 4.f, 8192};
-    c.tie_word_embeddings = true;
     c.max_position_embeddings = 131072;
     c.rms_norm_eps = 1e-5f;
     if (name == "llama-3.2-1b") {
-      c.vocab_size = 128256;
-      c.hidden_size = 2048;
-      c.intermediate_size = 8192;
-      c.num_layers = 16;
-      c.num_heads = 32;
-      c.num_kv_heads = 8;
-      c.head_dim = 64;
-      c.bos_token_id = 128000;
-      c.eos_token_ids = {128001, 128008, 128009};
+      set_sizes(c, {128256, 2048, 8192, 16, 32, 8, 64, 128000}, {128001, 128008, 128009});
+      c.tie_word_embeddings = true;
     } else {
-      c.vocab_size = 512;
-      c.hidden_size = 64;
-      c.intermediate_size = 160;
-      c.num_layers = 2;
-      c.num_heads = 8;
-      c.num_kv_heads = 2;
-      c.head_dim = 8;
-      c.bos_token_id = 1;
-      c.eos_token_ids = {2};
+      set_sizes(c, {512, 64, 160, 2, 8, 2, 8, 1}, {2});
       c.tie_word_embeddings = false;
     }
     return c;

@@ -48,14 +48,10 @@ int cmd_serve(int argc, char** argv) {
             "step per arrival). Default: prompt chunks share each step with the decoding rounds",
             false);
   add_runtime_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage(
-        "serve",
-        "Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
-        "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics).");
+  if (!args.parse(argc, argv, "serve",
+                  "Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
+                  "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics)."))
     return 0;
-  }
   const DType dtype = apply_runtime_flags(args);
   const std::string dir = args.str("model");
 

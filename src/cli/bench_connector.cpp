@@ -26,13 +26,10 @@ int bench_connector(int argc, char** argv) {
       .flag("hidden", "hidden size", true, "512")
       .flag("dtype", "bf16 or f32", true, "bf16")
       .flag("json", "print the result as JSON", false);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("bench connector",
-                            "Moves hidden-state samples through the connector's store, one writer "
-                            "and one reader at once, and reports samples and bytes per second.");
+  if (!args.parse(argc, argv, "bench connector",
+                  "Moves hidden-state samples through the connector's store, one writer "
+                  "and one reader at once, and reports samples and bytes per second."))
     return 0;
-  }
   const std::string url = args.str("store");
   if (url.empty()) fail("flag --store is required");
   const int n = int(args.integer("samples", 1, 1 << 20));

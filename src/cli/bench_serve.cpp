@@ -122,20 +122,16 @@ std::string command_line(int argc, char** argv) {
 int bench_serve(int argc, char** argv) {
   Args args;
   declare_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage(
-        "bench serve",
-        "Streams requests to an OpenAI-compatible server and reports completed/failed, output "
-        "tok/s,\n"
-        "request/s, TTFT, TPOT, ITL and E2EL (mean, median, p99) and the speculative acceptance "
-        "read\n"
-        "from /metrics, as `vllm bench serve` does. With --model it starts `dspark serve` itself.\n"
-        "--sweep runs each concurrency against plain decoding, DSpark with full blocks and DSpark\n"
-        "with enable_adaptive_verification (servers started one after the other), then prints the\n"
-        "sweep table and the ratios of the serving goals.");
+  if (!args.parse(argc, argv, "bench serve",
+                  "Streams requests to an OpenAI-compatible server and reports completed/failed, output "
+                  "tok/s,\n"
+                  "request/s, TTFT, TPOT, ITL and E2EL (mean, median, p99) and the speculative acceptance "
+                  "read\n"
+                  "from /metrics, as `vllm bench serve` does. With --model it starts `dspark serve` itself.\n"
+                  "--sweep runs each concurrency against plain decoding, DSpark with full blocks and DSpark\n"
+                  "with enable_adaptive_verification (servers started one after the other), then prints the\n"
+                  "sweep table and the ratios of the serving goals."))
     return 0;
-  }
   signal(SIGPIPE, SIG_IGN);  // a server that closes a connection must not end the benchmark
 
   const bool sweep = args.on("sweep");

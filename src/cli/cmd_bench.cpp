@@ -48,14 +48,11 @@ int bench_step(int argc, char** argv) {
       .flag("max-step-tokens", "with --sps-out: the largest step B, as dspark serve's --max-num-batched-tokens "
                                "(profiled up to 512 tokens, extrapolated beyond)", true, "2048");
   add_runtime_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("bench step",
-                            "Latency of one target forward for batch x tokens-per-sequence at several contexts\n"
-                            "(the SPS(B) curve the adaptive verification length uses), prefill tok/s, and the\n"
-                            "decode step's weight-streaming rate against the measured DRAM read bandwidth.");
+  if (!args.parse(argc, argv, "bench step",
+                  "Latency of one target forward for batch x tokens-per-sequence at several contexts\n"
+                  "(the SPS(B) curve the adaptive verification length uses), prefill tok/s, and the\n"
+                  "decode step's weight-streaming rate against the measured DRAM read bandwidth."))
     return 0;
-  }
   const DType dtype = apply_runtime_flags(args);
   const GemmBackend g = gemm_backend_from_name(args.str("gemm"), "flag --gemm");
   if (g != GemmBackend::Auto && !gemm_backend_available(g))
@@ -156,11 +153,8 @@ int bench_step(int argc, char** argv) {
 int bench_memory(int argc, char** argv) {
   Args args;
   args.flag("threads", "compute threads (0: all cores)", true, "0").flag("json", "print JSON", false);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("bench memory", "Measures DRAM read bandwidth on the compute threads.");
+  if (!args.parse(argc, argv, "bench memory", "Measures DRAM read bandwidth on the compute threads."))
     return 0;
-  }
   set_num_threads(int(args.integer("threads", 0, 1024)));
   const double bw = measure_read_bandwidth();
   if (args.on("json")) std::cout << nlohmann::json{{"threads", num_threads()}, {"dram_read_gb_s", bw / 1e9}}.dump() << "\n";
@@ -184,21 +178,17 @@ int bench_spec(int argc, char** argv) {
   add_length_flags(args, "128");
   add_sampling_flags(args, SamplingParams{});
   add_runtime_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage(
-        "bench spec",
-        "Runs every prompt twice in the same run, plain and speculative, and reports, per "
-        "category\n"
-        "and over the run (the mean over categories and every prompt pooled): tok/s each way,\n"
-        "speedup, tokens per round, drafts verified per round, and how many outputs are\n"
-        "token-identical (at T = 0; n/a when sampling); then the histogram of the verification\n"
-        "lengths chosen (0..K) and the cost of a drafting round relative to a target step.\n"
-        "--per-category N selects the first N prompts of every category (Spec-Bench: 13, "
-        "MT-Bench:\n"
-        "8); --limit K is applied after it, keeping the first K selected prompts in file order.");
+  if (!args.parse(argc, argv, "bench spec",
+                  "Runs every prompt twice in the same run, plain and speculative, and reports, per "
+                  "category\n"
+                  "and over the run (the mean over categories and every prompt pooled): tok/s each way,\n"
+                  "speedup, tokens per round, drafts verified per round, and how many outputs are\n"
+                  "token-identical (at T = 0; n/a when sampling); then the histogram of the verification\n"
+                  "lengths chosen (0..K) and the cost of a drafting round relative to a target step.\n"
+                  "--per-category N selects the first N prompts of every category (Spec-Bench: 13, "
+                  "MT-Bench:\n"
+                  "8); --limit K is applied after it, keeping the first K selected prompts in file order."))
     return 0;
-  }
   const DType dtype = apply_runtime_flags(args);
   const std::string dir = args.str("model");
   GenerateParams gp;
@@ -315,25 +305,17 @@ int bench_spec(int argc, char** argv) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  const std::string usage =
-      "usage: dspark bench <what> [flags]\n\n"
-      "  step     target step latency vs batch shape (SPS curve), prefill tok/s, decode roofline\n"
-      "  memory   DRAM read bandwidth\n"
-      "  spec     plain vs speculative generation over a prompt set (acceptance, speedup)\n"
-      "  serve    streaming HTTP load against dspark serve: TTFT, TPOT, ITL, tok/s, acceptance;\n"
-      "           --sweep over concurrency for plain, DSpark full blocks and adaptive DSpark\n"
-      "  connector  hidden-state samples per second through the connector's store (Redis, dir)\n";
-  if (argc < 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
-    std::cout << usage;
-    return argc < 1 ? 2 : 0;
-  }
-  const std::string what = argv[0];
-  if (what == "step") return bench_step(argc - 1, argv + 1);
-  if (what == "memory") return bench_memory(argc - 1, argv + 1);
-  if (what == "spec") return bench_spec(argc - 1, argv + 1);
-  if (what == "serve") return bench_serve(argc - 1, argv + 1);
-  if (what == "connector") return bench_connector(argc - 1, argv + 1);
-  fail("unknown benchmark '", what, "'\n", usage);
+  static const Subcommand kWhat[] = {
+      {"step", "target step latency vs batch shape (SPS curve), prefill tok/s, decode roofline", bench_step},
+      {"memory", "DRAM read bandwidth", bench_memory},
+      {"spec", "plain vs speculative generation over a prompt set (acceptance, speedup)", bench_spec},
+      {"serve",
+       "streaming HTTP load against dspark serve: TTFT, TPOT, ITL, tok/s, acceptance;\n"
+       "--sweep over concurrency for plain, DSpark full blocks and adaptive DSpark",
+       bench_serve},
+      {"connector", "hidden-state samples per second through the connector's store (Redis, dir)", bench_connector},
+  };
+  return run_subcommand("dspark bench", kWhat, argc, argv);
 }
 
 }  // namespace dspark

@@ -33,15 +33,12 @@ int cmd_calibrate(int argc, char** argv) {
       .flag("json", "print the report as JSON", false);
   add_length_flags(args, "128");
   add_runtime_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("calibrate",
-                            "Runs real speculative decoding with a DSpark drafter on held-out prompts, fits\n"
-                            "per-position confidence temperatures by Sequential Temperature Scaling (each chosen,\n"
-                            "left to right, to minimise the ECE of the cumulative product), stores them in the\n"
-                            "drafter's config.json, and reports per-position ECE before and after and the AUROC.");
+  if (!args.parse(argc, argv, "calibrate",
+                  "Runs real speculative decoding with a DSpark drafter on held-out prompts, fits\n"
+                  "per-position confidence temperatures by Sequential Temperature Scaling (each chosen,\n"
+                  "left to right, to minimise the ECE of the cumulative product), stores them in the\n"
+                  "drafter's config.json, and reports per-position ECE before and after and the AUROC."))
     return 0;
-  }
   const DType dtype = apply_runtime_flags(args);
   const std::string target_dir = args.str("model"), drafter_dir = args.str("drafter");
   const std::string draft_sample = args.str("draft-sample"), rejection = args.str("rejection");

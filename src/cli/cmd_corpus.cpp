@@ -14,12 +14,6 @@ namespace dspark {
 
 namespace {
 
-const char kUsage[] =
-    "usage: dspark corpus <build|tokenize> [flags]   (dspark corpus <subcommand> --help)\n\n"
-    "  build      build DIR/<domain>/{train,validation,test}.jsonl, DIR/prompts/ and DIR/manifest.json\n"
-    "             from Debian packages (installed when missing) and generated math\n"
-    "  tokenize   encode a built corpus into DIR2/<domain>/<split>.bin token shards\n";
-
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   size_t i = 0;
@@ -47,18 +41,14 @@ int corpus_build(int argc, char** argv) {
       .flag("prompts", "evaluation prompts per domain, from the test split", true, "100")
       .flag("no-install", "do not install missing Debian packages; fail naming them", false)
       .flag("force", "rebuild even if DIR already holds this exact build", false);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::printf("%s", args.usage("corpus build",
-                                 "Builds a deterministic, deduplicated multi-domain corpus of openly licensed text\n"
-                                 "shipped by Debian packages (Python standard library, GCIDE, the KJV Bible, GNU\n"
-                                 "info manuals, FreeDict dictionaries) plus generated math word problems and\n"
-                                 "ChatML instruction turns made from them. Missing packages are installed with\n"
-                                 "scripts/corpus-deps.sh (apt-get; sudo when not root). manifest.json, written\n"
-                                 "last, records sources, versions, licences, counts and CRC32s.")
-                          .c_str());
+  if (!args.parse(argc, argv, "corpus build",
+                  "Builds a deterministic, deduplicated multi-domain corpus of openly licensed text\n"
+                  "shipped by Debian packages (Python standard library, GCIDE, the KJV Bible, GNU\n"
+                  "info manuals, FreeDict dictionaries) plus generated math word problems and\n"
+                  "ChatML instruction turns made from them. Missing packages are installed with\n"
+                  "scripts/corpus-deps.sh (apt-get; sudo when not root). manifest.json, written\n"
+                  "last, records sources, versions, licences, counts and CRC32s."))
     return 0;
-  }
   if (!args.opt("out")) fail("corpus build: --out DIR is required");
   data::CorpusOptions opt;
   opt.out_dir = args.str("out");
@@ -100,15 +90,11 @@ int corpus_tokenize(int argc, char** argv) {
       .flag("out", "output directory for the token shards")
       .flag("threads", "encoding threads (0: every core)", true, "0")
       .flag("no-corpus-update", "do not record the token counts in the corpus manifest", false);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::printf("%s", args.usage("corpus tokenize",
-                                 "Encodes every split of every domain; documents are separated by <|endoftext|>.\n"
-                                 "Writes DIR2/<domain>/<split>.bin (little-endian uint16 when the vocabulary has\n"
-                                 "at most 65536 ids, else uint32) and DIR2/manifest.json.")
-                          .c_str());
+  if (!args.parse(argc, argv, "corpus tokenize",
+                  "Encodes every split of every domain; documents are separated by <|endoftext|>.\n"
+                  "Writes DIR2/<domain>/<split>.bin (little-endian uint16 when the vocabulary has\n"
+                  "at most 65536 ids, else uint32) and DIR2/manifest.json."))
     return 0;
-  }
   for (const char* f : {"corpus", "tokenizer", "out"})
     if (!args.opt(f)) fail("corpus tokenize: --", f, " is required");
   data::TokenizeOptions opt;
@@ -127,14 +113,14 @@ int corpus_tokenize(int argc, char** argv) {
 }  // namespace
 
 int cmd_corpus(int argc, char** argv) {
-  if (argc < 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
-    std::fprintf(argc < 1 ? stderr : stdout, "%s", kUsage);
-    return argc < 1 ? 2 : 0;
-  }
-  const std::string sub = argv[0];
-  if (sub == "build") return corpus_build(argc - 1, argv + 1);
-  if (sub == "tokenize") return corpus_tokenize(argc - 1, argv + 1);
-  fail("unknown corpus subcommand '", sub, "' (build or tokenize)");
+  static const Subcommand kWhat[] = {
+      {"build",
+       "build DIR/<domain>/{train,validation,test}.jsonl, DIR/prompts/ and DIR/manifest.json\n"
+       "from Debian packages (installed when missing) and generated math",
+       corpus_build},
+      {"tokenize", "encode a built corpus into DIR2/<domain>/<split>.bin token shards", corpus_tokenize},
+  };
+  return run_subcommand("dspark corpus", kWhat, argc, argv);
 }
 
 }  // namespace dspark

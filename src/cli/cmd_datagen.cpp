@@ -54,17 +54,14 @@ int regenerate_cmd(int argc, char** argv) {
   recipe.top_k = 20;
   add_sampling_flags(args, recipe);
   add_runtime_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("datagen regenerate",
-                            "Has the target answer prompts by sampling and writes one JSONL record per prompt:\n"
-                            "{\"id\", \"input_ids\" (prompt + response), \"loss_mask\" (1 on the response), "
-                            "\"prompt_tokens\", \"finish_reason\"}.\n"
-                            "Records come in prompt order; rerunning resumes where an interrupted run stopped.\n"
-                            "Output is independent of --batch with --dtype f32 (and with bf16 for --batch <= 16\n"
-                            "on the AVX2 kernels).");
+  if (!args.parse(argc, argv, "datagen regenerate",
+                  "Has the target answer prompts by sampling and writes one JSONL record per prompt:\n"
+                  "{\"id\", \"input_ids\" (prompt + response), \"loss_mask\" (1 on the response), "
+                  "\"prompt_tokens\", \"finish_reason\"}.\n"
+                  "Records come in prompt order; rerunning resumes where an interrupted run stopped.\n"
+                  "Output is independent of --batch with --dtype f32 (and with bf16 for --batch <= 16\n"
+                  "on the AVX2 kernels)."))
     return 0;
-  }
   const DType dtype = apply_runtime_flags(args);
   const std::string dir = args.str("model");
   const std::string out = args.str("out");
@@ -127,16 +124,13 @@ int hidden_cmd(int argc, char** argv) {
       .flag("limit", "only the first N records")
       .flag("no-progress", "no progress bar on stderr", false);
   add_runtime_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("datagen hidden",
-                            "Runs the target over each regenerated sequence and writes, per sequence,\n"
-                            "DIR/shard-NNNNN/sample-NNNNNN.safetensors: hidden_states [T, n_layers + 1, H] bf16\n"
-                            "(the chosen layers' outputs, then the final-normed hidden state), token_ids [T] I64,\n"
-                            "loss_mask [T] U8; and DIR/manifest.json, written last. Rerunning resumes and\n"
-                            "recomputes missing or damaged samples.");
+  if (!args.parse(argc, argv, "datagen hidden",
+                  "Runs the target over each regenerated sequence and writes, per sequence,\n"
+                  "DIR/shard-NNNNN/sample-NNNNNN.safetensors: hidden_states [T, n_layers + 1, H] bf16\n"
+                  "(the chosen layers' outputs, then the final-normed hidden state), token_ids [T] I64,\n"
+                  "loss_mask [T] U8; and DIR/manifest.json, written last. Rerunning resumes and\n"
+                  "recomputes missing or damaged samples."))
     return 0;
-  }
   const DType dtype = apply_runtime_flags(args);
   const std::string dir = args.str("model");
   if (args.on("layers") == args.on("drafter")) fail("give exactly one of --layers and --drafter");
@@ -183,18 +177,15 @@ int prompts_cmd(int argc, char** argv) {
       .flag("exclude", "comma-separated evaluation JSONL files: a prompt sharing an n-gram with them is "
                        "dropped and rebuilt (e.g. ../shared/data/spec_bench.jsonl,../shared/data/mt_bench.jsonl)")
       .flag("ngram", "words per n-gram for --exclude", true, kDefaultNgram);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::string kinds;
-    for (const auto& k : datagen::prompt_mix_kinds())
-      kinds += "  " + k.name + std::string(20 - std::min<size_t>(19, k.name.size()), ' ') +
-               std::to_string(int(k.weight * 100 + 0.5)) + "%  " + k.what + "\n";
-    std::cout << args.usage("datagen prompts",
-                            "Builds regeneration prompts of every kind a chat model gets from a corpus' train\n"
-                            "split, shuffled so that any prefix is a mix; deterministic for a corpus, count\n"
-                            "and seed. Feed the file to `datagen regenerate --prompts`. Kinds:\n" + kinds);
+  std::string kinds;
+  for (const auto& k : datagen::prompt_mix_kinds())
+    kinds += "  " + k.name + std::string(20 - std::min<size_t>(19, k.name.size()), ' ') +
+             std::to_string(int(k.weight * 100 + 0.5)) + "%  " + k.what + "\n";
+  if (!args.parse(argc, argv, "datagen prompts",
+                  "Builds regeneration prompts of every kind a chat model gets from a corpus' train\n"
+                  "split, shuffled so that any prefix is a mix; deterministic for a corpus, count\n"
+                  "and seed. Feed the file to `datagen regenerate --prompts`. Kinds:\n" + kinds))
     return 0;
-  }
   const int64_t count = args.integer("count", 1, kFlagInt64Max);
   const uint64_t seed = uint64_t(args.integer("seed", 0, kFlagInt64Max));
   const std::string out = args.str("out");
@@ -245,13 +236,10 @@ int overlap_cmd(int argc, char** argv) {
       .flag("against", "comma-separated evaluation JSONL files (every string field is indexed)")
       .flag("ngram", "words per n-gram", true, kDefaultNgram)
       .flag("show", "overlapping prompts to print at most", true, "10");
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("datagen overlap",
-                            "Exit status 1 when a training prompt shares an n-gram of --ngram words\n"
-                            "(lower-cased, punctuation ignored) with the evaluation sets; 0 when none does.");
+  if (!args.parse(argc, argv, "datagen overlap",
+                  "Exit status 1 when a training prompt shares an n-gram of --ngram words\n"
+                  "(lower-cased, punctuation ignored) with the evaluation sets; 0 when none does."))
     return 0;
-  }
   const datagen::NgramIndex index = eval_index(args, "against");
   const auto prompts = datagen::load_prompt_file(args.str("prompts"));
   const int64_t show = args.integer("show", 0, kFlagInt64Max);
@@ -272,23 +260,13 @@ int overlap_cmd(int argc, char** argv) {
 }  // namespace
 
 int cmd_datagen(int argc, char** argv) {
-  const char* usage =
-      "usage: dspark datagen <prompts|overlap|regenerate|hidden> [flags]   (--help after each for its flags)\n\n"
-      "  prompts     regeneration prompts of every kind a chat model gets, from a corpus' train split\n"
-      "  overlap     exit 1 when training prompts share a long n-gram with evaluation sets\n"
-      "  regenerate  the target answers prompts (batched sampling) -> JSONL of input_ids / loss_mask\n"
-      "  hidden      the target's hidden states for those sequences -> safetensors samples + manifest\n";
-  if (argc < 1 || !std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h")) {
-    std::fputs(usage, argc < 1 ? stderr : stdout);
-    return argc < 1 ? 2 : 0;
-  }
-  const std::string sub = argv[0];
-  if (sub == "prompts") return prompts_cmd(argc - 1, argv + 1);
-  if (sub == "overlap") return overlap_cmd(argc - 1, argv + 1);
-  if (sub == "regenerate") return regenerate_cmd(argc - 1, argv + 1);
-  if (sub == "hidden") return hidden_cmd(argc - 1, argv + 1);
-  std::fprintf(stderr, "dspark datagen: unknown subcommand '%s'\n\n%s", sub.c_str(), usage);
-  return 2;
+  static const Subcommand kWhat[] = {
+      {"prompts", "regeneration prompts of every kind a chat model gets, from a corpus' train split", prompts_cmd},
+      {"overlap", "exit 1 when training prompts share a long n-gram with evaluation sets", overlap_cmd},
+      {"regenerate", "the target answers prompts (batched sampling) -> JSONL of input_ids / loss_mask", regenerate_cmd},
+      {"hidden", "the target's hidden states for those sequences -> safetensors samples + manifest", hidden_cmd},
+  };
+  return run_subcommand("dspark datagen", kWhat, argc, argv);
 }
 
 }  // namespace dspark

@@ -31,19 +31,15 @@ int reduce_vocab_cmd(int argc, char** argv) {
           "them (smaller; EAGLE-3 drafters always get this form)",
           false)
       .flag("json", "print the report as JSON", false);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage(
-        "drafter reduce-vocab",
-        "Writes a copy of a drafter with a draft vocabulary of --size target ids (d2t / t2d, as in\n"
-        "Speculators' EAGLE-3 checkpoints): the target's stop tokens, then the ids most frequent in\n"
-        "the responses of its training data (then in its prompts). A DSpark / DFlash drafter keeps\n"
-        "its full head in the file, but every round, greedy or sampled, drafts over the draft\n"
-        "vocabulary (cheaper logits and Markov bias; sampled drafts have q = 0 outside it). With\n"
-        "--reduced-head (and always for EAGLE-3) the file keeps only the draft vocabulary's rows.\n"
-        "Verification is unchanged, so outputs keep the target's distribution exactly.");
+  if (!args.parse(argc, argv, "drafter reduce-vocab",
+                  "Writes a copy of a drafter with a draft vocabulary of --size target ids (d2t / t2d, as in\n"
+                  "Speculators' EAGLE-3 checkpoints): the target's stop tokens, then the ids most frequent in\n"
+                  "the responses of its training data (then in its prompts). A DSpark / DFlash drafter keeps\n"
+                  "its full head in the file, but every round, greedy or sampled, drafts over the draft\n"
+                  "vocabulary (cheaper logits and Markov bias; sampled drafts have q = 0 outside it). With\n"
+                  "--reduced-head (and always for EAGLE-3) the file keeps only the draft vocabulary's rows.\n"
+                  "Verification is unchanged, so outputs keep the target's distribution exactly."))
     return 0;
-  }
   const std::string target_dir = args.str("model"), drafter_dir = args.str("drafter");
   const int64_t size = args.integer("size", 1, kFlagIntMax);
   auto model = Model::load(target_dir, LoadOptions{DType::F32});
@@ -113,18 +109,11 @@ int reduce_vocab_cmd(int argc, char** argv) {
 }  // namespace
 
 int cmd_drafter(int argc, char** argv) {
-  const char* usage =
-      "usage: dspark drafter <reduce-vocab> [flags]   (--help after each for its flags)\n\n"
-      "  reduce-vocab  a copy of a drafter with a reduced draft vocabulary (d2t / t2d) from its "
-      "training data\n";
-  if (argc < 1 || !std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h")) {
-    std::fputs(usage, argc < 1 ? stderr : stdout);
-    return argc < 1 ? 2 : 0;
-  }
-  const std::string sub = argv[0];
-  if (sub == "reduce-vocab") return reduce_vocab_cmd(argc - 1, argv + 1);
-  std::fprintf(stderr, "dspark drafter: unknown subcommand '%s'\n\n%s", sub.c_str(), usage);
-  return 2;
+  static const Subcommand kWhat[] = {
+      {"reduce-vocab", "a copy of a drafter with a reduced draft vocabulary (d2t / t2d) from its training data",
+       reduce_vocab_cmd},
+  };
+  return run_subcommand("dspark drafter", kWhat, argc, argv);
 }
 
 }  // namespace dspark

@@ -30,11 +30,8 @@ int cmd_generate(int argc, char** argv) {
   add_length_flags(args, "128");
   add_sampling_flags(args, SamplingParams{});
   add_runtime_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("generate", "Generates text from a prompt, streaming it to stdout.");
+  if (!args.parse(argc, argv, "generate", "Generates text from a prompt, streaming it to stdout."))
     return 0;
-  }
   const DType dtype = apply_runtime_flags(args);
   const std::string dir = args.str("model");
   if (args.on("prompt") == args.on("prompt-file")) fail("give exactly one of --prompt and --prompt-file");

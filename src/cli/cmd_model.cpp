@@ -68,14 +68,11 @@ int model_init(int argc, char** argv) {
       .flag("std", "standard deviation of the random matrices", true, "0.02")
       .flag("dtype", "stored weight type: bf16 or f32", true, "bf16")
       .flag("force", "overwrite a model already in --out", false);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("model init",
-                            "Writes an HF model directory with random weights of a real shape and a byte-level\n"
-                            "tokenizer.json (one token per byte, ChatML specials). For tests and benchmarks:\n"
-                            "its text is noise.");
+  if (!args.parse(argc, argv, "model init",
+                  "Writes an HF model directory with random weights of a real shape and a byte-level\n"
+                  "tokenizer.json (one token per byte, ChatML specials). For tests and benchmarks:\n"
+                  "its text is noise."))
     return 0;
-  }
   ModelConfig cfg = shape_config(args.str("shape"));
   const std::vector<std::string> specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
   if (cfg.vocab_size < 256 + int(specials.size()))
@@ -103,11 +100,8 @@ int model_init(int argc, char** argv) {
 int model_info(int argc, char** argv) {
   Args args;
   args.flag("model", "model directory").flag("json", "print JSON", false);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage("model info", "Validates a model directory and prints its shape.");
+  if (!args.parse(argc, argv, "model info", "Validates a model directory and prints its shape."))
     return 0;
-  }
   const std::string dir = args.str("model");
   auto m = Model::load(dir, LoadOptions{DType::BF16});
   const ModelConfig& c = m->config();
@@ -128,18 +122,11 @@ int model_info(int argc, char** argv) {
 }  // namespace
 
 int cmd_model(int argc, char** argv) {
-  const std::string usage =
-      "usage: dspark model <init|info> [flags]\n\n"
-      "  init   write a random model of a real shape (with a byte-level tokenizer)\n"
-      "  info   validate a model directory and print its shape\n";
-  if (argc < 1 || std::string(argv[0]) == "--help" || std::string(argv[0]) == "-h") {
-    std::cout << usage;
-    return argc < 1 ? 2 : 0;
-  }
-  const std::string what = argv[0];
-  if (what == "init") return model_init(argc - 1, argv + 1);
-  if (what == "info") return model_info(argc - 1, argv + 1);
-  fail("unknown subcommand 'model ", what, "'\n", usage);
+  static const Subcommand kWhat[] = {
+      {"init", "write a random model of a real shape (with a byte-level tokenizer)", model_init},
+      {"info", "validate a model directory and print its shape", model_info},
+  };
+  return run_subcommand("dspark model", kWhat, argc, argv);
 }
 
 }  // namespace dspark

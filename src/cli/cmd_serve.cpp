@@ -121,14 +121,10 @@ std::unique_ptr<HiddenExportSink> make_exports(const KvTransferConfig& kvt, cons
 int cmd_serve(int argc, char** argv) {
   Args args;
   add_serve_flags(args);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::cout << args.usage(
-        "serve",
-        "Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
-        "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics).");
+  if (!args.parse(argc, argv, "serve",
+                  "Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
+                  "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics)."))
     return 0;
-  }
   const DType dtype = apply_runtime_flags(args);
   const std::string dir = args.str("model");
   ServerOptions so = server_options(args, dir);

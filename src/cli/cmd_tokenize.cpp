@@ -76,15 +76,10 @@ int cmd_tokenize(int argc, char** argv) {
       .flag("add-special-tokens", "apply the tokenizer's post-processor (e.g. add BOS)", false)
       .flag("decode", "read token ids (whitespace-separated or a JSON array) and print the text", false)
       .flag("skip-special-tokens", "with --decode: leave special tokens out of the text", false);
-  args.parse(argc, argv);
-  if (args.help_requested()) {
-    std::fputs(args.usage("tokenize",
-                          "Reads UTF-8 text from stdin and prints its token ids, space-separated on one line.\n"
-                          "With --decode, reads token ids from stdin and prints the text.")
-                   .c_str(),
-               stdout);
+  if (!args.parse(argc, argv, "tokenize",
+                  "Reads UTF-8 text from stdin and prints its token ids, space-separated on one line.\n"
+                  "With --decode, reads token ids from stdin and prints the text."))
     return 0;
-  }
   if (args.has("model") == args.has("tokenizer")) fail("give exactly one of --model DIR or --tokenizer FILE");
   std::unique_ptr<Tokenizer> tok =
       args.has("model") ? Tokenizer::from_dir(args.str("model")) : Tokenizer::from_file(args.str("tokenizer"));

@@ -42,11 +42,12 @@ std::vector<std::string> expand_multi(int argc, char** argv, const std::string& 
   return out;
 }
 
-void parse_expanded(Args& args, int argc, char** argv) {
+bool parse_expanded(Args& args, int argc, char** argv, const std::string& command,
+                    const std::string& summary) {
   std::vector<std::string> words = expand_multi(argc, argv, "--input");
   std::vector<char*> ptrs;
   for (std::string& w : words) ptrs.push_back(w.data());
-  args.parse(static_cast<int>(ptrs.size()), ptrs.data());
+  return args.parse(static_cast<int>(ptrs.size()), ptrs.data(), command, summary);
 }
 
 void apply_threads(const Args& args) {
@@ -90,18 +91,13 @@ int tokenizer_train(int argc, char** argv) {
       .flag("threads", "counting threads (0: DSPARK_THREADS or all cores)", true, "0")
       .flag("max-mb", "read at most this many MB of input, shared evenly between the inputs")
       .flag("quiet", "print nothing on success (no progress lines, no summary)", false);
-  parse_expanded(args, argc, argv);
-  if (args.help_requested()) {
-    std::fputs(args.usage("tokenizer train",
-                          "Trains a byte-level BPE tokenizer (Qwen2-style pre-tokenizer, 256 byte "
-                          "tokens, special\n"
-                          "tokens <|endoftext|> <|im_start|> <|im_end|> <|mask|> and reserved ones "
-                          "after the learned\n"
-                          "vocabulary) and writes tokenizer.json and tokenizer_config.json.")
-                   .c_str(),
-               stdout);
+  if (!parse_expanded(args, argc, argv, "tokenizer train",
+                      "Trains a byte-level BPE tokenizer (Qwen2-style pre-tokenizer, 256 byte "
+                      "tokens, special\n"
+                      "tokens <|endoftext|> <|im_start|> <|im_end|> <|mask|> and reserved ones "
+                      "after the learned\n"
+                      "vocabulary) and writes tokenizer.json and tokenizer_config.json."))
     return 0;
-  }
   apply_threads(args);
   BpeTrainOptions opt;
   opt.vocab_size = static_cast<int>(args.integer("vocab-size", 1, int64_t{1} << 24));
@@ -197,16 +193,11 @@ int tokenizer_stats(int argc, char** argv) {
       .flag("max-mb", "read at most this many MB of each input")
       .flag("threads", "encoding threads (0: DSPARK_THREADS or all cores)", true, "0")
       .flag("json", "print one JSON object instead of a table", false);
-  parse_expanded(args, argc, argv);
-  if (args.help_requested()) {
-    std::fputs(args.usage("tokenizer stats",
-                          "Encodes a corpus split (or files) and prints bytes, tokens and bytes "
-                          "per token for each\n"
-                          "domain (or file) and in all.")
-                   .c_str(),
-               stdout);
+  if (!parse_expanded(args, argc, argv, "tokenizer stats",
+                      "Encodes a corpus split (or files) and prints bytes, tokens and bytes "
+                      "per token for each\n"
+                      "domain (or file) and in all."))
     return 0;
-  }
   apply_threads(args);
   const std::unique_ptr<Tokenizer> tok = Tokenizer::from_file(args.str("tokenizer"));
   const std::vector<BpeTrainInput> inputs = inputs_from_flags(args, args.str("split"));
@@ -257,19 +248,11 @@ int tokenizer_stats(int argc, char** argv) {
 }  // namespace
 
 int cmd_tokenizer(int argc, char** argv) {
-  const char* usage =
-      "usage: dspark tokenizer <train|stats> [flags]   (dspark tokenizer <sub> --help for its "
-      "flags)\n\n"
-      "  train   learn a byte-level BPE tokenizer.json from a corpus or text files\n"
-      "  stats   bytes per token of a tokenizer.json on a corpus split or files\n";
-  if (argc < 1 || !std::strcmp(argv[0], "--help") || !std::strcmp(argv[0], "-h")) {
-    std::fputs(usage, argc < 1 ? stderr : stdout);
-    return argc < 1 ? 2 : 0;
-  }
-  const std::string what = argv[0];
-  if (what == "train") return tokenizer_train(argc - 1, argv + 1);
-  if (what == "stats") return tokenizer_stats(argc - 1, argv + 1);
-  fail("unknown subcommand '", what, "' (expected train or stats)");
+  static const Subcommand kWhat[] = {
+      {"train", "learn a byte-level BPE tokenizer.json from a corpus or text files", tokenizer_train},
+      {"stats", "bytes per token of a tokenizer.json on a corpus split or files", tokenizer_stats},
+  };
+  return run_subcommand("dspark tokenizer", kWhat, argc, argv);
 }
 
 }  // namespace dspark

@@ -1,21 +1,10 @@
 // dspark: lossless speculative decoding on CPU. One binary, one subcommand per job.
-#include <cstdio>
-#include <cstring>
-#include <exception>
-#include <string>
-
+#include "cli/args.h"
 #include "cli/commands.h"
-#include "core/error.h"
 
 namespace {
 
-struct Command {
-  const char* name;
-  const char* summary;
-  int (*run)(int, char**);
-};
-
-const Command kCommands[] = {
+const dspark::Subcommand kCommands[] = {
     {"generate", "generate text from a prompt with a local HF checkpoint", dspark::cmd_generate},
     {"serve", "serve a model over an OpenAI-compatible HTTP API (continuous batching, speculative decoding)", dspark::cmd_serve},
     {"tokenize", "print the token ids of text read from stdin", dspark::cmd_tokenize},
@@ -29,32 +18,6 @@ const Command kCommands[] = {
     {"drafter", "operations on trained drafters: a reduced draft vocabulary from the training data", dspark::cmd_drafter},
 };
 
-void print_usage(FILE* out) {
-  std::fprintf(out, "usage: dspark <command> [flags]   (dspark <command> --help for its flags)\n\ncommands:\n");
-  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.summary);
-}
-
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
-      !std::strcmp(argv[1], "help")) {
-    print_usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  for (const auto& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) != 0) continue;
-    try {
-      return c.run(argc - 2, argv + 2);
-    } catch (const dspark::Error& e) {
-      std::fprintf(stderr, "dspark %s: error: %s\n", c.name, e.what());
-      return 1;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "dspark %s: internal error: %s\n", c.name, e.what());
-      return 1;
-    }
-  }
-  std::fprintf(stderr, "dspark: unknown command '%s'\n\n", argv[1]);
-  print_usage(stderr);
-  return 2;
-}
+int main(int argc, char** argv) { return dspark::run_program("dspark", kCommands, argc, argv); }

@@ -60,7 +60,7 @@ class HugeBuffer {
 
  private:
   struct Unmap {
-    size_t bytes = 0;
+    size_t bytes;  // no initializer, so that unique_ptr may default-construct it (zero)
     void operator()(void* p) const;
   };
   std::unique_ptr<void, Unmap> mem_;

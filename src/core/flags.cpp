@@ -1,8 +1,10 @@
 #include "core/flags.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 
@@ -46,6 +48,63 @@ void Args::parse(int argc, char** argv) {
       values_[name] = "1";
     }
   }
+}
+
+bool Args::parse(int argc, char** argv, const std::string& command, const std::string& summary) {
+  parse(argc, argv);
+  if (!help_) return true;
+  std::fputs(usage(command, summary).c_str(), stdout);
+  return false;
+}
+
+namespace {
+
+std::string commands_usage(const std::string& program, std::span<const Subcommand> commands) {
+  size_t width = 0;
+  for (const Subcommand& c : commands) width = std::max(width, std::string(c.name).size());
+  std::string out = "usage: " + program + " <command> [flags]   (" + program +
+                    " <command> --help for its flags)\n\ncommands:\n";
+  for (const Subcommand& c : commands) {
+    out += "  " + std::string(c.name) + std::string(width + 2 - std::string(c.name).size(), ' ');
+    for (const char* p = c.summary; *p; ++p)
+      out += *p == '\n' ? "\n" + std::string(width + 4, ' ') : std::string(1, *p);
+    out += "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+int run_subcommand(const std::string& program, std::span<const Subcommand> commands, int argc,
+                   char** argv) {
+  const std::string usage = commands_usage(program, commands);
+  if (argc < 1) {
+    std::fputs(usage.c_str(), stderr);
+    return 2;
+  }
+  const std::string name = argv[0];
+  if (name == "--help" || name == "-h" || name == "help") {
+    std::fputs(usage.c_str(), stdout);
+    return 0;
+  }
+  for (const Subcommand& c : commands)
+    if (name == c.name) return c.run(argc - 1, argv + 1);
+  fail("unknown command '", name, "'\n\n", usage);
+}
+
+int run_program(const std::string& program, std::span<const Subcommand> commands, int argc,
+                char** argv, std::string (*describe)(const std::exception&)) {
+  const std::string where = argc > 1 ? program + " " + argv[1] : program;
+  try {
+    return run_subcommand(program, commands, argc - 1, argv + 1);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "%s: error: %s\n", where.c_str(), e.what());
+  } catch (const std::exception& e) {
+    const std::string label = describe ? describe(e) : "";
+    std::fprintf(stderr, "%s: %s\n", where.c_str(),
+                 (label.empty() ? "internal error: " + std::string(e.what()) : label).c_str());
+  }
+  return 1;
 }
 
 std::string Args::usage(const std::string& command, const std::string& summary) const {

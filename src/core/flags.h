@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,9 @@ class Args {
   // Parses argv (after the subcommand name). Unknown flags, missing values and stray
   // positional arguments throw Error naming the flag.
   void parse(int argc, char** argv);
+  // parse() for `dspark <command>`; with --help it prints usage(command, summary) on stdout and
+  // returns false: the command is done (exit 0).
+  bool parse(int argc, char** argv, const std::string& command, const std::string& summary);
 
   bool help_requested() const { return help_; }
   std::string usage(const std::string& command, const std::string& summary) const;
@@ -53,5 +58,27 @@ class Args {
   std::map<std::string, std::vector<std::string>> all_values_;
   bool help_ = false;
 };
+
+// One command of a program made of commands (`dspark <command>`, `dspark bench <what>`): its
+// name, its line of help (a "\n" continues it on the next line) and its entry point, which gets
+// the arguments after its name.
+struct Subcommand {
+  const char* name;
+  const char* summary;
+  int (*run)(int argc, char** argv);
+};
+
+// `program <command> [flags]`: runs the command argv[0] names with the rest of argv. Without one,
+// the usage (one line per command) goes to stderr and the status is 2; with --help, -h or help it
+// goes to stdout (0); an unknown name is an Error naming it, with the usage.
+int run_subcommand(const std::string& program, std::span<const Subcommand> commands, int argc,
+                   char** argv);
+
+// main() of a program made of commands (argv[0] is the program's own name): run_subcommand, and
+// an exception from a command is printed as "<program> <command>: error: <message>" (Error) or
+// "... internal error: ..." (anything else) with status 1. `describe` may label other exception
+// types (libtorch's): it returns "" for those it does not know.
+int run_program(const std::string& program, std::span<const Subcommand> commands, int argc,
+                char** argv, std::string (*describe)(const std::exception&) = nullptr);
 
 }  // namespace dspark

@@ -6,7 +6,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <sstream>
 
@@ -85,13 +84,10 @@ int cmd_lm(int argc, char** argv) {
             "stop after this many steps of this run, with a checkpoint (-1: run to the end)", true,
             "-1")
       .flag("resume", "continue the run in --out from its latest checkpoint", false);
-  a.parse(argc, argv);
-  if (a.help_requested()) {
-    std::cout << a.usage("train lm",
-                         "Trains a Qwen3/Llama target model on a tokenized corpus and "
-                         "writes\nOUT/model, an HF directory the engine loads.");
+  if (!a.parse(argc, argv, "train lm",
+               "Trains a Qwen3/Llama target model on a tokenized corpus and "
+               "writes\nOUT/model, an HF directory the engine loads."))
     return 0;
-  }
   LmTrainConfig c;
   if (auto i = a.opt("init")) c.init_from = *i;
   c.tokenizer = a.str("tokenizer");
@@ -130,12 +126,9 @@ int cmd_eval(int argc, char** argv) {
       .flag("windows", "windows per domain", true, "64")
       .flag("seq-len", "tokens per window", true, "512")
       .flag("threads", "threads (0: default)", true, "0");
-  a.parse(argc, argv);
-  if (a.help_requested()) {
-    std::cout << a.usage("train eval",
-                         "Per-domain next-token loss and perplexity of a model on a corpus split.");
+  if (!a.parse(argc, argv, "train eval",
+               "Per-domain next-token loss and perplexity of a model on a corpus split."))
     return 0;
-  }
   const int windows = int(a.integer("windows", 1, kFlagIntMax));
   const int seq_len = int(a.integer("seq-len", 1, kMaxSeqLen));
   if (const int t = threads(a); t > 0) at::set_num_threads(t);
@@ -197,17 +190,14 @@ int cmd_drafter(int argc, char** argv) {
       .flag("server-wait", "online: seconds to wait for each server's GET /v1/models at the start", true, "120")
       .flag("reload-every", "online: write OUT/drafter-step-K and POST /v1/load_drafter every N steps (0: off)",
             true, "0");
-  a.parse(argc, argv);
-  if (a.help_requested()) {
-    std::cout << a.usage("train drafter",
-                         "Trains a DSpark, DFlash or EAGLE-3 drafter on target hidden states and "
-                         "writes OUT/drafter\n"
-                         "in the format dspark generate --speculative-config loads. The hidden states "
-                         "come from --data\n"
-                         "(dspark datagen hidden), or with --online from serving engines "
-                         "(docs/online-training.md).");
+  if (!a.parse(argc, argv, "train drafter",
+               "Trains a DSpark, DFlash or EAGLE-3 drafter on target hidden states and "
+               "writes OUT/drafter\n"
+               "in the format dspark generate --speculative-config loads. The hidden states "
+               "come from --data\n"
+               "(dspark datagen hidden), or with --online from serving engines "
+               "(docs/online-training.md)."))
     return 0;
-  }
   DrafterTrainConfig c;
   const std::string m = a.str("method");
   if (m == "dspark")
@@ -286,12 +276,9 @@ int cmd_bench_matmul(int argc, char** argv) {
       .flag("n", "columns", true, "1536")
       .flag("threads", "threads (0: default)", true, "0")
       .flag("seconds", "time per dtype", true, "3");
-  a.parse(argc, argv);
-  if (a.help_requested()) {
-    std::cout << a.usage("train bench-matmul",
-                         "Measures libtorch's f32 and bf16 matrix-multiply rate.");
+  if (!a.parse(argc, argv, "train bench-matmul",
+               "Measures libtorch's f32 and bf16 matrix-multiply rate."))
     return 0;
-  }
   if (const int t = threads(a); t > 0) at::set_num_threads(t);
   // Each dimension at most 2^16, so that one f32 operand (at most 16 GiB) is a size a test can mean.
   const int64_t m = a.integer("m", 1, kMaxMatmulDim), k = a.integer("k", 1, kMaxMatmulDim),
@@ -345,12 +332,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dspark train: error: %s\n", e.what());
     return 2;
   }
-  struct Cmd {
-    const char* name;
-    const char* summary;
-    int (*run)(int, char**);
-  };
-  const Cmd cmds[] = {
+  static const dspark::Subcommand cmds[] = {
       {"lm", "train a target language model on a tokenized corpus", dspark::train::cmd_lm},
       {"eval", "per-domain validation loss and perplexity of a model", dspark::train::cmd_eval},
       {"drafter", "train a DSpark, DFlash or EAGLE-3 drafter on target hidden states",
@@ -358,33 +340,9 @@ int main(int argc, char** argv) {
       {"bench-matmul", "libtorch f32 and bf16 matrix-multiply rate on this CPU",
        dspark::train::cmd_bench_matmul},
   };
-  auto usage = [&](FILE* f) {
-    std::fprintf(
-        f,
-        "usage: dspark train <command> [flags]   (dspark train <command> --help)\n\ncommands:\n");
-    for (const auto& c : cmds) std::fprintf(f, "  %-13s %s\n", c.name, c.summary);
-  };
-  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  for (const auto& c : cmds) {
-    if (std::strcmp(argv[1], c.name)) continue;
-    try {
-      return c.run(argc - 2, argv + 2);
-    } catch (const dspark::Error& e) {
-      std::fprintf(stderr, "dspark train %s: error: %s\n", c.name, e.what());
-      return 1;
-    } catch (const c10::Error& e) {
-      std::fprintf(stderr, "dspark train %s: libtorch error: %s\n", c.name,
-                   e.what_without_backtrace());
-      return 1;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "dspark train %s: internal error: %s\n", c.name, e.what());
-      return 1;
-    }
-  }
-  std::fprintf(stderr, "dspark train: unknown command '%s'\n\n", argv[1]);
-  usage(stderr);
-  return 2;
+  // argv[0] is dspark-train's path; the program is `dspark train` to its user.
+  return dspark::run_program("dspark train", cmds, argc, argv, [](const std::exception& e) {
+    const auto* t = dynamic_cast<const c10::Error*>(&e);
+    return t ? std::string("libtorch error: ") + t->what_without_backtrace() : std::string();
+  });
 }

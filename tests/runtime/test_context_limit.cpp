@@ -102,6 +102,26 @@ TEST(ContextLimit, PromptWithoutRoomIsRefusedBeforeAnyWork) {
   EXPECT_EQ(s.kv.room_for(s.kv.create_sequence()), 4096);
 }
 
+// max_tokens has one rule everywhere, the server's (GenerateParams::validate): at least 1, or
+// kAsManyAsFit for as many as fit.
+TEST(ContextLimit, MaxTokensHasTheServersRule) {
+  LengthRig s;
+  GenerateParams gp;
+  gp.max_model_len = 23;
+  gp.max_tokens = 0;
+  for (bool speculative : {false, true}) {
+    const std::string msg = error_of([&] { s.run(prompt_of(10), gp, speculative); });
+    EXPECT_NE(msg.find("max_tokens must be at least 1, got 0"), std::string::npos) << msg;
+  }
+  gp.max_tokens = kAsManyAsFit;
+  for (bool speculative : {false, true}) {
+    const GenerateResult r = s.run(prompt_of(10), gp, speculative);
+    EXPECT_EQ(r.tokens.size(), 13u) << "10 prompt tokens + as many as fit = 23";
+    EXPECT_EQ(r.finish_reason, "length");
+  }
+  EXPECT_EQ(generation_budget(10, kAsManyAsFit, 23), 13);
+}
+
 TEST(ContextLimit, RuleFunctions) {
   ModelConfig c = tiny_target(300);
   EXPECT_EQ(resolve_max_model_len(c, 0), 4096);

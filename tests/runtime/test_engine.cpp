@@ -16,6 +16,7 @@
 #include "../data/test_util.h"
 #include "../spec_decode/fixtures.h"
 #include "../spec_decode/stats.h"
+#include "core/error.h"
 #include "model/forward.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -277,6 +278,44 @@ TEST(Engine, RefusesRequestsItCanNeverRun) {
   gp.max_tokens = 8;
   gp.sampling.top_p = 0;
   EXPECT_NE(err({"e", {1, 2}, gp}).find("top_p"), std::string::npos);
+}
+
+// A refusal crosses to the server as a typed value: its kind and the request field at fault (the
+// server answers from them, never from the message).
+TEST(Engine, RefusalsCarryTheirKindAndField) {
+  if (!fs::exists(kModels + "/demo/config.json"))
+    GTEST_SKIP() << "models/demo is not in this checkout";
+  Demo demo;
+  EngineOptions opt;
+  opt.max_model_len = 64;
+  auto e = demo.engine(opt, "");
+  using Refusal = std::pair<ErrorKind, std::string>;
+  auto refusal = [&](EngineRequest r) -> Refusal {
+    try {
+      e->submit(std::move(r), nullptr);
+    } catch (const Error& x) {
+      return {x.kind(), x.param()};
+    }
+    return {ErrorKind::InvalidRequest, "(accepted)"};
+  };
+  const ErrorKind invalid = ErrorKind::InvalidRequest, context = ErrorKind::ContextLengthExceeded;
+  GenerateParams gp = demo.params(8);
+  EXPECT_EQ(refusal({"a", std::vector<int32_t>(70, 5), gp}), Refusal(context, "prompt"));
+  EXPECT_EQ(refusal({"b", {}, gp}), Refusal(invalid, "prompt"));
+  EXPECT_EQ(refusal({"c", {1, 2, 99999}, gp}), Refusal(invalid, "prompt"));
+  gp.max_tokens = 60;
+  EXPECT_EQ(refusal({"d", std::vector<int32_t>(10, 5), gp}), Refusal(context, "max_tokens"));
+  gp.max_tokens = 0;
+  EXPECT_EQ(refusal({"e", {1, 2}, gp}), Refusal(invalid, "max_tokens"));
+  gp.max_tokens = 8;
+  gp.sampling.top_p = 0;
+  EXPECT_EQ(refusal({"f", {1, 2}, gp}), Refusal(invalid, "top_p"));
+  gp.sampling.top_p = 1;
+  gp.stop_strings = {""};
+  EXPECT_EQ(refusal({"g", {1, 2}, gp}), Refusal(invalid, "stop"));
+  gp.stop_strings.clear();
+  e->stop();
+  EXPECT_EQ(refusal({"h", {1, 2}, gp}), Refusal(ErrorKind::Unavailable, ""));
 }
 
 // ---------------------------------------------------------------- batched losslessness

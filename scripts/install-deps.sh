@@ -15,6 +15,8 @@ packages=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-numpy python3-torch redis-server
   gnuplot-nox curl
+  # scripts/long-functions.sh (the function-length check)
+  universal-ctags
 )
 
 missing=()

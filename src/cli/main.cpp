@@ -1,5 +1,5 @@
 // dspark: lossless speculative decoding on CPU. One binary, one subcommand per job.
-#include "cli/args.h"
+#include "core/flags.h"
 #include "cli/commands.h"
 
 namespace {

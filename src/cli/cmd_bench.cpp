@@ -33,7 +33,7 @@ namespace {
 
 int bench_step(int argc, char** argv) {
   Args args;
-  args.flag("model", "model directory")
+  args.flag("model", "model directory or GGUF file")
       .flag("shape", "random model of a real shape: qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, tiny-qwen3, tiny-llama")
       .flag("contexts", "cached positions per sequence", true, "512,4096")
       .flag("batches", "sequences per step", true, "1,4,16")
@@ -164,7 +164,7 @@ int bench_memory(int argc, char** argv) {
 
 int bench_spec(int argc, char** argv) {
   Args args;
-  args.flag("model", "target model directory")
+  args.flag("model", "target model directory or GGUF file")
       .flag("speculative-config", "vLLM-style speculative config JSON")
       .flag("prompts", "JSONL prompts (MT-Bench / Spec-Bench format, or dspark corpus prompts)")
       .flag("per-category", "use the first N prompts of each category, in file order (0: all)",

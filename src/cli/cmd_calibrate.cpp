@@ -21,7 +21,7 @@ namespace dspark {
 
 int cmd_calibrate(int argc, char** argv) {
   Args args;
-  args.flag("model", "target model directory")
+  args.flag("model", "target model directory or GGUF file")
       .flag("drafter", "DSpark drafter directory (its config.json receives the temperatures)")
       .flag("prompts", "held-out prompts, JSONL with a \"prompt\" string or \"turns\" list")
       .flag("limit", "prompts to use (0: all)", true, "64")

@@ -13,6 +13,7 @@
 #include "cli/common.h"
 #include "core/crc32.h"
 #include "core/error.h"
+#include "core/gguf.h"
 #include "datagen/hidden.h"
 #include "datagen/hidden_dataset.h"
 #include "datagen/ngram_overlap.h"
@@ -36,7 +37,7 @@ int64_t limit_flag(const Args& args) {
 
 int regenerate_cmd(int argc, char** argv) {
   Args args;
-  args.flag("model", "target model directory (config.json, safetensors, tokenizer.json)")
+  args.flag("model", "target model: an HF directory (config.json, safetensors, tokenizer.json) or a GGUF file")
       .flag("out", "output JSONL (appended to; a rerun resumes)")
       .flag("corpus", "corpus directory: prompts are the user turns of instructions/<split>.jsonl")
       .flag("prompts", "JSONL of {\"prompt\": ...} or {\"turns\": [...]} records (e.g. a corpus' prompts/<domain>.jsonl)")
@@ -91,9 +92,13 @@ int regenerate_cmd(int argc, char** argv) {
   }
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, LoadOptions{dtype});
+  // The files that decide what is generated (a GGUF file holds config and tokenizer both).
+  const auto gguf = find_gguf(dir);
+  const std::string config_file = gguf ? *gguf : (fs::path(dir) / "config.json").string();
+  const std::string tokenizer_file = gguf ? *gguf : (fs::path(dir) / "tokenizer.json").string();
   opt.settings = {{"model", abs_path(dir)},
-                  {"config_crc32", crc32_hex(crc32_file((fs::path(dir) / "config.json").string()))},
-                  {"tokenizer_crc32", crc32_hex(crc32_file((fs::path(dir) / "tokenizer.json").string()))},
+                  {"config_crc32", crc32_hex(crc32_file(config_file))},
+                  {"tokenizer_crc32", crc32_hex(crc32_file(tokenizer_file))},
                   {"dtype", dtype_name(dtype)},
                   {"source", source},
                   {"max_tokens", opt.max_tokens},
@@ -114,7 +119,7 @@ int regenerate_cmd(int argc, char** argv) {
 
 int hidden_cmd(int argc, char** argv) {
   Args args;
-  args.flag("model", "target model directory")
+  args.flag("model", "target model directory or GGUF file")
       .flag("data", "regenerated JSONL (dspark datagen regenerate)")
       .flag("layers", "target layers to store, 0-based decoder-layer outputs (e.g. 1,3,4; -1: embeddings)")
       .flag("drafter", "take the layers from this drafter's config.json (target_layer_ids)")

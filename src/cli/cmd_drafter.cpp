@@ -18,7 +18,7 @@ namespace {
 
 int reduce_vocab_cmd(int argc, char** argv) {
   Args args;
-  args.flag("model", "target model directory")
+  args.flag("model", "target model directory or GGUF file")
       .flag("drafter", "trained drafter directory (DSpark, DFlash or EAGLE-3); left unchanged")
       .flag("data",
             "the drafter's training data: regenerated JSONL (datagen regenerate), comma-separated "

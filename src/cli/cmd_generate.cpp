@@ -18,7 +18,7 @@ namespace dspark {
 
 int cmd_generate(int argc, char** argv) {
   Args args;
-  args.flag("model", "model directory (config.json, model.safetensors, tokenizer.json)")
+  args.flag("model", "model: an HF directory (config.json, safetensors, tokenizer.json) or a GGUF file")
       .flag("prompt", "prompt text")
       .flag("prompt-file", "read the prompt from this file")
       .flag("chat", "wrap the prompt in the model's chat template", false)

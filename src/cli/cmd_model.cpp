@@ -2,12 +2,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/error.h"
+#include "core/gguf.h"
 #include "core/mmap_file.h"
+#include "core/safetensors.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -99,22 +102,49 @@ int model_init(int argc, char** argv) {
 
 int model_info(int argc, char** argv) {
   Args args;
-  args.flag("model", "model directory").flag("json", "print JSON", false);
-  if (!args.parse(argc, argv, "model info", "Validates a model directory and prints its shape."))
+  args.flag("model", "model directory, or a GGUF file").flag("json", "print JSON", false);
+  if (!args.parse(argc, argv, "model info",
+                  "Validates a model (an HF directory or a GGUF file) and prints its shape, how its tensors are\n"
+                  "stored and the bytes of weights a decoded token reads."))
     return 0;
   const std::string dir = args.str("model");
   auto m = Model::load(dir, LoadOptions{DType::BF16});
   const ModelConfig& c = m->config();
   json j = c.to_json();
   j["parameters"] = c.num_parameters();
-  if (std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
+  const auto gguf = find_gguf(dir);
+  if (gguf || std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
     j["tokenizer_vocab"] = Tokenizer::from_dir(dir)->vocab_size();
+  // How the file stores the tensors (count per type), and what a decoded token reads as held.
+  std::map<std::string, int> types;
+  int64_t file_bytes = 0;
+  if (gguf) {
+    const GgufFile f(*gguf);
+    for (const GgufTensor& t : f.tensors()) ++types[ggml_type_name(t.type)], file_bytes += int64_t(t.nbytes);
+    j["source_format"] = "gguf v" + std::to_string(f.version());
+  } else {
+    const auto store = TensorStore::open_dir(dir);
+    for (const auto& [name, t] : store->tensors())
+      ++types[dtype_name(t.dtype)], file_bytes += int64_t(t.nbytes);
+    j["source_format"] = "safetensors";
+  }
+  j["tensor_types"] = types;
+  j["tensor_bytes"] = file_bytes;
+  j["held_as"] = dtype_name(m->dtype());
+  // Every matrix but the embedding table (a token reads one row of it) is read once per step.
+  const int64_t per_token = int64_t(m->weight_bytes() - WeightArena::matrix_bytes(m->dtype(), c.vocab_size, c.hidden_size));
+  j["weight_bytes_per_token"] = per_token;
   if (args.on("json")) {
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("%s: %s, %d layers, hidden %d, heads %d/%d x %d, vocab %d, %.1fM parameters\n", dir.c_str(),
                 c.architecture.c_str(), c.num_layers, c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
                 c.vocab_size, double(c.num_parameters()) / 1e6);
+    std::string list;
+    for (const auto& [t, n] : types) list += (list.empty() ? "" : ", ") + t + " x " + std::to_string(n);
+    std::printf("  %s, tensors %s (%.1f MB); held as %s: %.1f MB of weights read per decoded token\n",
+                j["source_format"].get<std::string>().c_str(), list.c_str(), double(file_bytes) / 1e6,
+                dtype_name(m->dtype()), double(per_token) / 1e6);
   }
   return 0;
 }

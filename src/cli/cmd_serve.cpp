@@ -23,7 +23,7 @@ namespace {
 // cmd_serve's steps, in the order it runs them.
 
 void add_serve_flags(Args& args) {
-  args.flag("model", "model directory (config.json, model.safetensors, tokenizer.json)", true,
+  args.flag("model", "model: an HF directory (config.json, safetensors, tokenizer.json) or a GGUF file", true,
             "models/demo")
       .flag("speculative-config",
             "vLLM-style JSON: {\"method\": \"dspark\", \"model\": DIR, \"num_speculative_tokens\": "

@@ -70,7 +70,7 @@ std::vector<int32_t> parse_ids(const std::string& input) {
 
 int cmd_tokenize(int argc, char** argv) {
   Args args;
-  args.flag("model", "model directory holding tokenizer.json")
+  args.flag("model", "model directory holding tokenizer.json, or a GGUF file")
       .flag("tokenizer", "path of a tokenizer.json (instead of --model)")
       .flag("json", "print {\"ids\": [...], \"count\": N} (with --decode: {\"text\": ...})", false)
       .flag("add-special-tokens", "apply the tokenizer's post-processor (e.g. add BOS)", false)

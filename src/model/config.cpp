@@ -1,10 +1,12 @@
 #include "model/config.h"
+#include "model/gguf_model.h"
 
 #include <array>
 #include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/gguf.h"
 #include "core/mmap_file.h"
 
 namespace dspark {
@@ -143,6 +145,7 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
 }
 
 ModelConfig ModelConfig::from_dir(const std::string& dir) {
+  if (const auto gguf = find_gguf(dir)) return gguf_model_config(GgufFile(*gguf));
   auto p = std::filesystem::path(dir) / "config.json";
   if (!std::filesystem::exists(p)) fail(dir, ": no config.json in the model directory");
   return from_file(p.string());
@@ -200,6 +203,7 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
       }
     }
   }
+  for (size_t i = 0; i < rope_freq_factors.size() && i < inv.size(); ++i) inv[i] /= rope_freq_factors[i];
   return inv;
 }
 

@@ -30,6 +30,9 @@ struct ModelConfig {
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.f;
   RopeScaling rope_scaling;
+  // Per-frequency divisors of RoPE's inverse frequencies (head_dim / 2 values), as a GGUF file's
+  // rope_freqs.weight gives them for Llama 3; empty: none.
+  std::vector<float> rope_freq_factors;
   bool tie_word_embeddings = false;
   bool qk_norm = false;  // Qwen3's per-head q_norm / k_norm
   int max_position_embeddings = 0;
@@ -39,6 +42,7 @@ struct ModelConfig {
   // Parses and validates; errors name `source` (the file) and the field.
   static ModelConfig from_json(const nlohmann::json& j, const std::string& source);
   static ModelConfig from_file(const std::string& config_json_path);
+  // An HF directory's config.json, or a GGUF file's metadata (see find_gguf).
   static ModelConfig from_dir(const std::string& model_dir);
   nlohmann::json to_json() const;  // HF-style config.json
 

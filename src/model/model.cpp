@@ -5,7 +5,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/gguf.h"
 #include "core/mmap_file.h"
+#include "model/gguf_model.h"
 
 namespace dspark {
 
@@ -25,7 +27,32 @@ std::vector<std::string> expected_tensor_names(const ModelConfig& c) {
   return n;
 }
 
+namespace {
+
+std::unique_ptr<WeightSource> open_gguf(const std::string& path, ModelConfig* cfg) {
+  auto f = std::make_shared<const GgufFile>(path);
+  *cfg = gguf_model_config(*f);
+  auto expected = expected_tensor_names(*cfg);
+  std::set<std::string> known(expected.begin(), expected.end());
+  for (const GgufTensor& t : f->tensors()) {
+    if (t.name == "rope_freqs.weight") continue;  // read into the config
+    const std::string hf = hf_tensor_name(t.name);
+    if (hf.empty() || !known.count(hf))
+      fail(path, ": unexpected tensor '", t.name, "' for ", cfg->architecture, " with ", cfg->num_layers, " layers");
+  }
+  return gguf_source(std::move(f), *cfg);
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& opt) {
+  if (const auto gguf = find_gguf(dir)) {
+    ModelConfig cfg;
+    auto src = open_gguf(*gguf, &cfg);
+    auto m = build(cfg, *src, opt);
+    m->path_ = *gguf;
+    return m;
+  }
   ModelConfig cfg = ModelConfig::from_dir(dir);
   auto store = TensorStore::open_dir(dir);
   // Every tensor must be one the architecture uses (a few known extras are tolerated).

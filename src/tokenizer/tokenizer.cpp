@@ -19,7 +19,9 @@
 #include <unordered_map>
 
 #include "core/error.h"
+#include "core/gguf.h"
 #include "core/mmap_file.h"
+#include "tokenizer/gguf_vocab.h"
 #include "tokenizer/js_regex.h"
 #include "tokenizer/unicode_util.h"
 
@@ -831,7 +833,13 @@ std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& tokenizer_jso
   return std::make_unique<BpeTokenizer>(tokenizer_json, root);
 }
 
+std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const std::string& gguf_path) {
+  const GgufFile f(gguf_path);
+  return std::make_unique<BpeTokenizer>(gguf_path, td::tokenizer_json_from_gguf(f));
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::from_dir(const std::string& model_dir) {
+  if (const auto gguf = find_gguf(model_dir)) return from_gguf(*gguf);
   std::string path = model_dir;
   if (!path.empty() && path.back() != '/') path += '/';
   return from_file(path + "tokenizer.json");

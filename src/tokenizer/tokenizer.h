@@ -18,7 +18,10 @@ class Tokenizer {
 
   // Loads a tokenizer.json. Errors (Error) name the file and the offending field.
   static std::unique_ptr<Tokenizer> from_file(const std::string& tokenizer_json);
-  // Loads DIR/tokenizer.json.
+  // The tokenizer of a GGUF file, from its tokenizer.ggml.* metadata. Errors name the file and key.
+  static std::unique_ptr<Tokenizer> from_gguf(const std::string& gguf_path);
+  // Loads DIR/tokenizer.json, or the GGUF file DIR names (a .gguf path, or a directory holding
+  // one .gguf and no config.json).
   static std::unique_ptr<Tokenizer> from_dir(const std::string& model_dir);
 
   // Encodes text. Added/special tokens written literally in the text are recognised.

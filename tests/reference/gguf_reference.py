@@ -1,0 +1,392 @@
+#!/usr/bin/env python3
+"""Independent reference for dspark's GGUF reading, written with numpy (and hf_reference's
+float64 PyTorch forward).
+
+Writes GGUF v3 files with its own writer, following the published format:
+  * DIR/dequant/blocks.gguf: one [3, 512] tensor per ggml type dspark reads (F32, F16, BF16, Q8_0,
+    Q4_0, Q5_0, Q4_K, Q6_K) of random blocks, and DIR/dequant/<type>.f64 their values dequantized
+    in float64 by the block formulas below;
+  * DIR/<case>/model.gguf + reference.json: tiny random Qwen3 and Llama models whose matrices are
+    random blocks of one type (or a Q4_K_M-like mix), norms in F32, with the logits of a float64
+    forward over the dequantized weights, in the layout of hf_reference.py (the same C++ test
+    reads both). Llama's q/k rows are stored interleaved per head, as llama.cpp's converter
+    writes them, and its RoPE frequencies carry a rope_freqs.weight tensor;
+  * with --tokenizer NAME=tokenizer.json[:pre[:add_bos]]: DIR/tokenizers/NAME.gguf, the tokenizer
+    metadata llama.cpp's converter writes for that tokenizer.json (no tensors).
+
+  * with --convert HF_DIR=OUT.gguf[:TYPE]: the Qwen3 checkpoint HF_DIR (config.json, safetensors,
+    tokenizer.json) as one GGUF file, matrices stored as TYPE (F32, F16 or BF16; default BF16),
+    for the command-line tests.
+
+Usage: gguf_reference.py --out DIR [--tokenizer qwen3=PATH:qwen2] [--tokenizer llama3=PATH:llama-bpe:bos]
+       gguf_reference.py --convert HF_DIR=OUT.gguf[:TYPE]
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hf_reference  # noqa: E402
+
+# ---------------------------------------------------------------- the GGUF writer
+
+U32, I32, F32, BOOL, STRING, ARRAY, U64 = 4, 5, 6, 7, 8, 9, 10
+GGML = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q5_0": (6, 32, 22), "Q8_0": (8, 32, 34),
+        "Q4_K": (12, 256, 144), "Q6_K": (14, 256, 210), "BF16": (30, 1, 2)}
+
+
+def gguf_string(s):
+    b = s.encode("utf-8")
+    return struct.pack("<Q", len(b)) + b
+
+
+def gguf_value(vtype, v):
+    if vtype == STRING:
+        return gguf_string(v)
+    if vtype == ARRAY:
+        etype, items = v
+        out = struct.pack("<IQ", etype, len(items))
+        return out + b"".join(gguf_value(etype, x) for x in items)
+    return struct.pack({U32: "<I", I32: "<i", F32: "<f", BOOL: "<?", U64: "<Q"}[vtype], v)
+
+
+def write_gguf(path, kvs, tensors, alignment=32):
+    """kvs: [(key, type, value)]; tensors: [(name, type name, ne (ggml order), raw bytes)]."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
+    for key, vtype, v in kvs:
+        out += gguf_string(key) + struct.pack("<I", vtype) + gguf_value(vtype, v)
+    offset, blobs = 0, []
+    for name, tname, ne, raw in tensors:
+        out += gguf_string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        out += struct.pack("<IQ", GGML[tname][0], offset)
+        blobs.append((offset, raw))
+        offset += (len(raw) + alignment - 1) // alignment * alignment
+    out += b"\0" * ((alignment - len(out) % alignment) % alignment)
+    start = len(out)
+    for off, raw in blobs:
+        out += b"\0" * (start + off - len(out)) + raw
+    with open(path, "wb") as f:
+        f.write(out)
+
+
+# ---------------------------------------------------------------- blocks: random, and dequantized in float64
+
+def f16_bits(x):
+    return np.asarray(x, dtype=np.float16).view(np.uint16)
+
+
+def f16_value(bits):
+    return bits.astype(np.uint16).view(np.float16).astype(np.float64)
+
+
+def random_blocks(rng, tname, n_elems, std):
+    """Random raw bytes of n_elems weights of type tname, scales chosen so the weights have about
+    the given standard deviation."""
+    _, be, bb = GGML[tname]
+    nb = n_elems // be
+    if tname == "F32":
+        return (rng.standard_normal(n_elems) * std).astype(np.float32).tobytes()
+    if tname == "F16":
+        return (rng.standard_normal(n_elems) * std).astype(np.float16).tobytes()
+    if tname == "BF16":
+        f = (rng.standard_normal(n_elems) * std).astype(np.float32).view(np.uint32)
+        return (f >> 16).astype(np.uint16).tobytes()
+    raw = rng.integers(0, 256, size=(nb, bb), dtype=np.uint8)
+    d_scale = {"Q8_0": 1 / 73.0, "Q4_0": 1 / 4.6, "Q5_0": 1 / 9.2, "Q4_K": 1 / 256.0, "Q6_K": 1 / 1350.0}[tname]
+    d = f16_bits(np.abs(rng.standard_normal(nb)) * 0.5 * std * d_scale + 0.75 * std * d_scale)
+    if tname == "Q4_K":
+        raw[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
+        raw[:, 2:4] = f16_bits(f16_value(d) * 7.5).view(np.uint8).reshape(nb, 2)
+    elif tname == "Q6_K":
+        raw[:, 208:210] = d.view(np.uint8).reshape(nb, 2)
+    else:
+        raw[:, 0:2] = d.view(np.uint8).reshape(nb, 2)
+    return raw.tobytes()
+
+
+def dequant(tname, raw, n_elems):
+    """Float64 values of n_elems weights of type tname held in raw (the published block formulas)."""
+    _, be, bb = GGML[tname]
+    if tname == "F32":
+        return np.frombuffer(raw, dtype=np.float32).astype(np.float64)
+    if tname == "F16":
+        return np.frombuffer(raw, dtype=np.float16).astype(np.float64)
+    if tname == "BF16":
+        return (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    b = np.frombuffer(raw, dtype=np.uint8).reshape(-1, bb)
+    nb = b.shape[0]
+    if tname == "Q8_0":
+        return (f16_value(b[:, 0:2].copy().view(np.uint16)) * b[:, 2:].view(np.int8).astype(np.float64)).ravel()
+    if tname == "Q4_0":
+        d = f16_value(b[:, 0:2].copy().view(np.uint16))
+        q = np.concatenate([b[:, 2:] & 15, b[:, 2:] >> 4], axis=1).astype(np.float64) - 8
+        return (d * q).ravel()
+    if tname == "Q5_0":
+        d = f16_value(b[:, 0:2].copy().view(np.uint16))
+        qh = b[:, 2:6].copy().view(np.uint32)[:, 0]
+        bits = (qh[:, None] >> np.arange(32, dtype=np.uint32)) & 1
+        q = np.concatenate([b[:, 6:] & 15, b[:, 6:] >> 4], axis=1).astype(np.int64) | (bits.astype(np.int64) << 4)
+        return (d * (q - 16)).ravel()
+    if tname == "Q4_K":
+        d = f16_value(b[:, 0:2].copy().view(np.uint16))[:, 0]
+        dmin = f16_value(b[:, 2:4].copy().view(np.uint16))[:, 0]
+        s = b[:, 4:16].astype(np.int64)
+        sc = np.zeros((nb, 8), np.int64)
+        mn = np.zeros((nb, 8), np.int64)
+        sc[:, :4], mn[:, :4] = s[:, 0:4] & 63, s[:, 4:8] & 63
+        sc[:, 4:] = (s[:, 8:12] & 15) | ((s[:, 0:4] >> 6) << 4)
+        mn[:, 4:] = (s[:, 8:12] >> 4) | ((s[:, 4:8] >> 6) << 4)
+        qs = b[:, 16:].reshape(nb, 4, 32).astype(np.int64)
+        q = np.stack([qs & 15, qs >> 4], axis=2).reshape(nb, 8, 32)  # group 2i: low nibbles, 2i+1: high
+        y = d[:, None, None] * sc[:, :, None] * q - (dmin[:, None] * mn)[:, :, None]
+        return y.ravel()
+    if tname == "Q6_K":
+        ql = b[:, 0:128].reshape(nb, 2, 64).astype(np.int64)
+        qh = b[:, 128:192].reshape(nb, 2, 32).astype(np.int64)
+        sc = b[:, 192:208].view(np.int8).astype(np.int64).reshape(nb, 2, 8)
+        d = f16_value(b[:, 208:210].copy().view(np.uint16))[:, 0]
+        y = np.zeros((nb, 2, 128))
+        for half in range(2):
+            lo, hi = ql[:, half], qh[:, half]
+            parts = [(lo[:, :32] & 15) | ((hi & 3) << 4), (lo[:, 32:] & 15) | (((hi >> 2) & 3) << 4),
+                     (lo[:, :32] >> 4) | (((hi >> 4) & 3) << 4), (lo[:, 32:] >> 4) | (((hi >> 6) & 3) << 4)]
+            for k, q in enumerate(parts):  # 32 values, scales of 16 each: k*2 and k*2+1
+                s = np.repeat(sc[:, half, 2 * k:2 * k + 2], 16, axis=1)
+                y[:, half, 32 * k:32 * k + 32] = d[:, None] * s * (q - 32)
+        return y.ravel()
+    raise ValueError(tname)
+
+
+def write_dequant_case(out, rng):
+    d = os.path.join(out, "dequant")
+    os.makedirs(d, exist_ok=True)
+    tensors, manifest = [], {}
+    for tname in GGML:
+        rows, cols = 3, 512
+        raw = random_blocks(rng, tname, rows * cols, std=0.05)
+        tensors.append((f"t.{tname}", tname, [cols, rows], raw))
+        dequant(tname, raw, rows * cols).tofile(os.path.join(d, f"{tname}.f64"))
+        manifest[f"t.{tname}"] = {"type": tname, "rows": rows, "cols": cols, "values": f"{tname}.f64"}
+    write_gguf(os.path.join(d, "blocks.gguf"), [("general.architecture", STRING, "none")], tensors)
+    json.dump(manifest, open(os.path.join(d, "manifest.json"), "w"), indent=1)
+
+
+# ---------------------------------------------------------------- tiny models
+
+MODEL_CASES = {
+    # name: (arch, matrix type, per-tensor overrides (Q4_K_M-like), tied)
+    **{f"qwen3_{t.lower()}": ("qwen3", t, {}, False) for t in GGML},
+    "qwen3_q4_k_m": ("qwen3", "Q4_K", {"attn_v": "Q6_K", "ffn_down": "Q6_K", "token_embd": "Q6_K"}, False),
+    "llama_f32": ("llama", "F32", {}, True),
+    "llama_q8_0": ("llama", "Q8_0", {}, True),
+    "llama_q4_k": ("llama", "Q4_K", {}, True),
+}
+H, NH, NKV, HD, I, L, V = 256, 4, 2, 64, 512, 2, 300
+
+
+def llama_permute(w, n_head):
+    """llama.cpp's converter: rows of each head reordered from (half, index) to (index, half)."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def make_model_case(out, name, seed):
+    arch, mtype, overrides, tied = MODEL_CASES[name]
+    rng = np.random.default_rng(seed)
+    hf_arch = {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}[arch]
+    cfg = {"architectures": [hf_arch], "vocab_size": V, "hidden_size": H, "intermediate_size": I,
+           "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": HD,
+           "rms_norm_eps": 1e-6, "rope_theta": 10000.0 if arch == "llama" else 1000000.0, "tie_word_embeddings": tied}
+    kvs = [("general.architecture", STRING, arch), ("general.alignment", U32, 64),
+           (f"{arch}.block_count", U32, L), (f"{arch}.context_length", U32, 4096),
+           (f"{arch}.embedding_length", U32, H), (f"{arch}.feed_forward_length", U32, I),
+           (f"{arch}.attention.head_count", U32, NH), (f"{arch}.attention.head_count_kv", U32, NKV),
+           (f"{arch}.attention.key_length", U32, HD), (f"{arch}.attention.value_length", U32, HD),
+           (f"{arch}.attention.layer_norm_rms_epsilon", F32, 1e-6), (f"{arch}.rope.freq_base", F32, cfg["rope_theta"])]
+    tensors, w = [], {}
+
+    def matrix(gguf, hf, rows, cols, std, heads=0):
+        base = gguf.split(".")[-2] if gguf.startswith("blk.") else gguf.split(".")[0]
+        t = overrides.get(base, mtype)
+        raw = random_blocks(rng, t, rows * cols, std)
+        tensors.append((gguf, t, [cols, rows], raw))
+        m = dequant(t, raw, rows * cols).reshape(rows, cols)
+        if heads:  # undo the converter's interleave: HF row (head, half, j) is stored at (head, j, half)
+            m = m.reshape(heads, HD // 2, 2, cols).swapaxes(1, 2).reshape(rows, cols)
+            assert np.array_equal(llama_permute(m, heads), dequant(t, raw, rows * cols).reshape(rows, cols))
+        w[hf] = torch.from_numpy(m)
+
+    def norm(gguf, hf, n):
+        v = (1.0 + 0.2 * rng.standard_normal(n)).astype(np.float32)
+        tensors.append((gguf, "F32", [n], v.tobytes()))
+        w[hf] = torch.from_numpy(v.astype(np.float64))
+
+    matrix("token_embd.weight", "model.embed_tokens.weight", V, H, 1.0)
+    for i in range(L):
+        p, g = f"model.layers.{i}.", f"blk.{i}."
+        norm(g + "attn_norm.weight", p + "input_layernorm.weight", H)
+        perm = arch == "llama"
+        matrix(g + "attn_q.weight", p + "self_attn.q_proj.weight", NH * HD, H, H ** -0.5, NH if perm else 0)
+        matrix(g + "attn_k.weight", p + "self_attn.k_proj.weight", NKV * HD, H, H ** -0.5, NKV if perm else 0)
+        matrix(g + "attn_v.weight", p + "self_attn.v_proj.weight", NKV * HD, H, H ** -0.5)
+        matrix(g + "attn_output.weight", p + "self_attn.o_proj.weight", H, NH * HD, (NH * HD) ** -0.5)
+        if arch == "qwen3":
+            norm(g + "attn_q_norm.weight", p + "self_attn.q_norm.weight", HD)
+            norm(g + "attn_k_norm.weight", p + "self_attn.k_norm.weight", HD)
+        norm(g + "ffn_norm.weight", p + "post_attention_layernorm.weight", H)
+        matrix(g + "ffn_gate.weight", p + "mlp.gate_proj.weight", I, H, H ** -0.5)
+        matrix(g + "ffn_up.weight", p + "mlp.up_proj.weight", I, H, H ** -0.5)
+        matrix(g + "ffn_down.weight", p + "mlp.down_proj.weight", H, I, I ** -0.5)
+    norm("output_norm.weight", "model.norm.weight", H)
+    if not tied:
+        matrix("output.weight", "lm_head.weight", V, H, 2.0 * H ** -0.5)
+    factors = None
+    if arch == "llama":  # Llama 3's RoPE scaling, as the converter stores it
+        factors = (1.0 + 3.0 * rng.random(HD // 2)).astype(np.float32)
+        tensors.append(("rope_freqs.weight", "F32", [HD // 2], factors.tobytes()))
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    write_gguf(os.path.join(d, "model.gguf"), kvs, tensors, alignment=64)
+    return d, cfg, w, factors
+
+
+def model_reference(d, cfg, w, factors, seed, greedy_tokens):
+    inv_freq = hf_reference.inv_freq
+    if factors is not None:
+        hf_reference.inv_freq = lambda c: inv_freq(c) / torch.from_numpy(factors.astype(np.float64))
+    try:
+        g = torch.Generator().manual_seed(seed + 1)
+        prompts = [torch.randint(3, V, (n,), generator=g).tolist() for n in (1, 7, 40, 150)]
+        T = max(len(p) for p in prompts)
+        logits = torch.zeros(len(prompts), T, V, dtype=torch.float32)
+        for i, p in enumerate(prompts):
+            logits[i, : len(p)] = hf_reference.forward(cfg, w, p).to(torch.float32)
+        greedy = []
+        for p in prompts[1:3]:
+            seq = list(p)
+            for _ in range(greedy_tokens):
+                seq.append(int(hf_reference.forward(cfg, w, seq)[-1].argmax()))
+            greedy.append(seq[len(p):])
+    finally:
+        hf_reference.inv_freq = inv_freq
+    logits.numpy().tofile(os.path.join(d, "logits.f32"))
+    json.dump({"prompts": prompts, "logits_file": "logits.f32", "logits_shape": [len(prompts), T, V],
+               "greedy": greedy, "greedy_prompts": [1, 2], "greedy_tokens": greedy_tokens},
+              open(os.path.join(d, "reference.json"), "w"))
+
+
+# ---------------------------------------------------------------- tokenizers
+
+def tokenizer_kvs(path, pre, add_bos):
+    """The tokenizer.ggml.* keys llama.cpp's converter writes for a byte-level BPE tokenizer.json."""
+    j = json.load(open(path, encoding="utf-8"))
+    added = {a["id"]: a for a in j.get("added_tokens", [])}
+    vocab = j["model"]["vocab"]
+    n = max(max(vocab.values()), max(added) if added else -1) + 1
+    tokens, types = [f"[PAD{i}]" for i in range(n)], [5] * n  # gaps: unused
+    for t, i in vocab.items():
+        tokens[i], types[i] = t, 1
+    for i, a in added.items():
+        tokens[i], types[i] = a["content"], 3 if a.get("special") else 4
+    merges = [m if isinstance(m, str) else " ".join(m) for m in j["model"]["merges"]]
+    bos = next((i for i, a in added.items() if a["content"] in ("<|begin_of_text|>", "<|endoftext|>")), 0)
+    kvs = [("general.architecture", STRING, "none"), ("tokenizer.ggml.model", STRING, "gpt2"),
+           ("tokenizer.ggml.pre", STRING, pre), ("tokenizer.ggml.tokens", ARRAY, (STRING, tokens)),
+           ("tokenizer.ggml.token_type", ARRAY, (I32, types)), ("tokenizer.ggml.merges", ARRAY, (STRING, merges)),
+           ("tokenizer.ggml.bos_token_id", U32, bos), ("tokenizer.ggml.add_bos_token", BOOL, add_bos)]
+    return kvs[1:]
+
+
+def write_tokenizer_case(out, name, path, pre, add_bos):
+    kvs = [("general.architecture", STRING, "none")] + tokenizer_kvs(path, pre, add_bos)
+    d = os.path.join(out, "tokenizers")
+    os.makedirs(d, exist_ok=True)
+    write_gguf(os.path.join(d, name + ".gguf"), kvs, [])
+
+
+def convert(hf_dir, out, tname):
+    """An HF Qwen3 checkpoint as one GGUF file (the names and keys of llama.cpp's converter)."""
+    cfg = json.load(open(os.path.join(hf_dir, "config.json")))
+    assert cfg["architectures"] == ["Qwen3ForCausalLM"], cfg["architectures"]
+    w = {k: v.to(torch.float32).numpy() for k, v in hf_reference.load_dir(hf_dir).items()}
+    tok = json.load(open(os.path.join(hf_dir, "tokenizer.json"), encoding="utf-8"))
+    split = json.dumps(tok.get("pre_tokenizer"))
+    pre = "qwen2" if "\\\\p{N}|" in split else "llama-bpe" if "\\\\p{N}{1,3}" in split else None
+    assert pre, "unknown pre-tokenizer: " + split
+    eos = cfg.get("eos_token_id", [])
+    eos = eos if isinstance(eos, list) else [eos]
+    a = "qwen3"
+    kvs = [("general.architecture", STRING, a), (f"{a}.block_count", U32, cfg["num_hidden_layers"]),
+           (f"{a}.context_length", U32, cfg.get("max_position_embeddings", 32768)),
+           (f"{a}.embedding_length", U32, cfg["hidden_size"]), (f"{a}.feed_forward_length", U32, cfg["intermediate_size"]),
+           (f"{a}.attention.head_count", U32, cfg["num_attention_heads"]),
+           (f"{a}.attention.head_count_kv", U32, cfg["num_key_value_heads"]),
+           (f"{a}.attention.key_length", U32, cfg["head_dim"]),
+           (f"{a}.attention.layer_norm_rms_epsilon", F32, cfg["rms_norm_eps"]),
+           (f"{a}.rope.freq_base", F32, cfg["rope_theta"])]
+    kvs += tokenizer_kvs(os.path.join(hf_dir, "tokenizer.json"), pre, False)
+    if eos:
+        kvs.append(("tokenizer.ggml.eos_token_id", U32, eos[-1]))
+    if len(eos) > 1:
+        kvs.append(("tokenizer.ggml.eot_token_id", U32, eos[0]))
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+             "lm_head.weight": "output.weight"}
+    layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate",
+             "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    tensors = []
+    for hf, m in w.items():
+        if hf in names:
+            g = names[hf]
+        else:
+            parts = hf.split(".")
+            g = f"blk.{parts[2]}.{layer['.'.join(parts[3:-1])]}.weight"
+        t = tname if m.ndim == 2 else "F32"
+        if t == "F32":
+            raw = m.astype(np.float32).tobytes()
+        elif t == "F16":
+            raw = m.astype(np.float16).tobytes()
+        else:  # BF16 by truncation is exact for weights that were bf16 already
+            raw = (m.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+        tensors.append((g, t, list(reversed(m.shape)), raw))
+    write_gguf(out, kvs, tensors)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out")
+    ap.add_argument("--convert", help="HF_DIR=OUT.gguf[:TYPE]")
+    ap.add_argument("--greedy-tokens", type=int, default=16)
+    ap.add_argument("--tokenizer", action="append", default=[], help="NAME=tokenizer.json:pre[:bos]")
+    args = ap.parse_args()
+    if args.convert:
+        hf_dir, rest = args.convert.split("=", 1)
+        out, _, tname = rest.partition(":")
+        convert(hf_dir, out, tname or "BF16")
+        print("wrote", out)
+        return
+    if not args.out:
+        ap.error("--out or --convert is required")
+    rng = np.random.default_rng(7)
+    write_dequant_case(args.out, rng)
+    for i, name in enumerate(MODEL_CASES):
+        d, cfg, w, factors = make_model_case(args.out, name, seed=200 + i)
+        model_reference(d, cfg, w, factors, seed=200 + i, greedy_tokens=args.greedy_tokens)
+        print("wrote", d)
+    for spec in args.tokenizer:
+        name, rest = spec.split("=", 1)
+        parts = rest.split(":")
+        if not os.path.exists(parts[0]):
+            print(f"skipped tokenizer {name}: {parts[0]} is absent")
+            continue
+        write_tokenizer_case(args.out, name, parts[0], parts[1], len(parts) > 2 and parts[2] == "bos")
+        print("wrote tokenizer", name)
+
+
+if __name__ == "__main__":
+    main()

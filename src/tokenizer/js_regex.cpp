@@ -9,7 +9,7 @@
 #include "core/error.h"
 #include "tokenizer/unicode_util.h"
 // After unicode_util.h, which defines CodepointRange.
-#include "tokenizer/js_unicode_tables.inc"
+#include "tokenizer/js_unicode_ranges.inc"
 
 namespace dspark::tokenizer_detail {
 

@@ -6,7 +6,7 @@
 //  - \s / \S: JavaScript's set (includes U+FEFF; excludes U+0085 and U+180E, which PCRE2's
 //    Unicode \s includes), spelled out as an explicit class.
 //  - \p{L} / \p{N} (and \P{..}): PCRE2's Unicode tables can be older than Node's; the code
-//    points JavaScript adds are appended to the class (tables in js_unicode_tables.inc).
+//    points JavaScript adds are appended to the class (tables in js_unicode_ranges.inc).
 //  - \d, \w, \b: ASCII-only in JavaScript even with the u flag.
 //  - "." excludes \n, \r, U+2028, U+2029; "$" only matches at the very end.
 //  - "(?i:'s|'t|'re|'ve|'m|'ll|'d)" becomes the explicit-case form transformers.js uses

@@ -10,7 +10,8 @@
 
 #include "core/error.h"
 // After unicode_util.h, which defines the table row types.
-#include "tokenizer/js_unicode_tables.inc"
+#include "tokenizer/js_unicode_composition.inc"
+#include "tokenizer/js_unicode_decomposition.inc"
 
 namespace dspark::tokenizer_detail {
 

@@ -66,8 +66,9 @@ enum class NormForm { NFC, NFD, NFKC, NFKD };
 // Unicode normalization of valid UTF-8 (embedded NULs allowed). ASCII passes through.
 // utf8proc does the work. For NFC and NFD, text holding a code point on which utf8proc's
 // Unicode data differs from the JavaScript reference's (characters assigned after utf8proc's
-// Unicode version) is normalized with the tables in js_unicode_tables.inc instead, so the
-// result equals String.prototype.normalize in the Node.js the tables were generated with.
+// Unicode version) is normalized with the tables in js_unicode_composition.inc and
+// js_unicode_decomposition.inc instead, so the result equals String.prototype.normalize in the
+// Node.js the tables were generated with.
 std::string normalize(std::string_view s, NormForm form);
 // Exposed for tests: the table-based normalization used for such text.
 std::string normalize_with_js_tables(std::string_view s, bool compose);

@@ -41,8 +41,8 @@ DEMO_SPEC_SCHED = {$(DEMO_SPEC_FIELDS), "enable_adaptive_verification": true}
 
 # The demo target answers a prompt; with the committed DSpark drafter it then answers again with
 # speculative decoding, and benchmarks plain against speculative decoding on held-out math prompts:
-# full 8-token blocks, then with the hardware-aware prefix scheduler choosing each round's length;
-# last, with the scheduler, on prompts out of the drafter's math domain (DEMO_OOD_PROMPTS).
+# full 8-token blocks, then with the hardware-aware prefix length policy choosing each round's length;
+# last, with that policy, on prompts out of the drafter's math domain (DEMO_OOD_PROMPTS).
 demo: build $(if $(wildcard models/demo/config.json),,$(BUILD)/demo-model/config.json)
 	@echo "== $(DEMO_WHAT) =="
 	$(BUILD)/dspark generate --model $(DEMO_MODEL) --chat --prompt "$(DEMO_PROMPT)" --max-tokens 128
@@ -53,10 +53,10 @@ ifneq ($(wildcard $(DEMO_DRAFTER)/config.json),)
 	@echo; echo "== plain vs DSpark on held-out math prompts (single stream, bf16) =="
 	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC)' \
 	  --prompts $(DEMO_DRAFTER)/math_prompts.jsonl --max-tokens 128
-	@echo; echo "== the same with the prefix scheduler (enable_adaptive_verification) =="
+	@echo; echo "== the same with the prefix length policy (enable_adaptive_verification) =="
 	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC_SCHED)' \
 	  --prompts $(DEMO_DRAFTER)/math_prompts.jsonl --max-tokens 128
-	@echo; echo "== out of domain: $(DEMO_OOD_PROMPTS), $(DEMO_OOD_PER_CATEGORY) prompts of each category, with the prefix scheduler =="
+	@echo; echo "== out of domain: $(DEMO_OOD_PROMPTS), $(DEMO_OOD_PER_CATEGORY) prompts of each category, with the prefix length policy =="
 	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC_SCHED)' \
 	  --prompts $(DEMO_OOD_PROMPTS) --per-category $(DEMO_OOD_PER_CATEGORY) --max-tokens 64
 endif

@@ -53,7 +53,8 @@ int bench_step(int argc, char** argv) {
                   "(the SPS(B) curve the adaptive verification length uses), prefill tok/s, and the\n"
                   "decode step's weight-streaming rate against the measured DRAM read bandwidth."))
     return 0;
-  const DType dtype = apply_runtime_flags(args);
+  const LoadOptions load = apply_runtime_flags(args);
+  const DType dtype = load.dtype;
   const GemmBackend g = gemm_backend_from_name(args.str("gemm"), "flag --gemm");
   if (g != GemmBackend::Auto && !gemm_backend_available(g))
     fail("flag --gemm ", args.str("gemm"), ": this CPU cannot run it (", cpu_features().describe(), ")");
@@ -63,10 +64,10 @@ int bench_step(int argc, char** argv) {
   std::string name;
   if (args.on("model")) {
     name = args.str("model");
-    model = Model::load(name, LoadOptions{dtype});
+    model = Model::load(name, load);
   } else {
     name = args.str("shape");
-    model = Model::build(shape_config(name), *random_source(7), LoadOptions{dtype});
+    model = Model::build(shape_config(name), *random_source(7), load);
   }
   StepProfileOptions opt;
   opt.contexts = args.int_list("contexts", 1, 1 << 24);
@@ -189,7 +190,8 @@ int bench_spec(int argc, char** argv) {
                   "MT-Bench:\n"
                   "8); --limit K is applied after it, keeping the first K selected prompts in file order."))
     return 0;
-  const DType dtype = apply_runtime_flags(args);
+  const LoadOptions load = apply_runtime_flags(args);
+  const DType dtype = load.dtype;
   const std::string dir = args.str("model");
   GenerateParams gp;
   length_from_flags(args, gp);
@@ -211,7 +213,7 @@ int bench_spec(int argc, char** argv) {
     prompts = read_prompts(args.str("prompts"), limit);
   }
   auto tok = Tokenizer::from_dir(dir);
-  auto model = Model::load(dir, LoadOptions{dtype});
+  auto model = Model::load(dir, load);
   const ModelConfig& cfg = model->config();
   SpecConfig spec = SpecConfig::parse(args.str("speculative-config"));
   auto drafter = load_drafter(spec, *model, dtype);

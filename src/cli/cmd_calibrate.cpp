@@ -39,7 +39,8 @@ int cmd_calibrate(int argc, char** argv) {
                   "left to right, to minimise the ECE of the cumulative product), stores them in the\n"
                   "drafter's config.json, and reports per-position ECE before and after and the AUROC."))
     return 0;
-  const DType dtype = apply_runtime_flags(args);
+  const LoadOptions load = apply_runtime_flags(args);
+  const DType dtype = load.dtype;
   const std::string target_dir = args.str("model"), drafter_dir = args.str("drafter");
   const std::string draft_sample = args.str("draft-sample"), rejection = args.str("rejection");
   if (draft_sample != "greedy" && draft_sample != "probabilistic")
@@ -53,7 +54,7 @@ int cmd_calibrate(int argc, char** argv) {
   const int64_t limit = args.integer("limit", 0, kFlagInt64Max);
   const uint64_t seed = uint64_t(args.integer("seed", 0, kFlagInt64Max));
   auto tok = Tokenizer::from_dir(target_dir);
-  auto model = Model::load(target_dir, LoadOptions{dtype});
+  auto model = Model::load(target_dir, load);
   const ModelConfig& cfg = model->config();
   nlohmann::json spec_json = {{"method", "dspark"}, {"model", drafter_dir}, {"draft_sample_method", draft_sample},
                               {"rejection_sample_method", rejection}};

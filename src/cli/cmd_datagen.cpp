@@ -63,7 +63,8 @@ int regenerate_cmd(int argc, char** argv) {
                   "Output is independent of --batch with --dtype f32 (and with bf16 for --batch <= 16\n"
                   "on the AVX2 kernels)."))
     return 0;
-  const DType dtype = apply_runtime_flags(args);
+  const LoadOptions load = apply_runtime_flags(args);
+  const DType dtype = load.dtype;
   const std::string dir = args.str("model");
   const std::string out = args.str("out");
   if (args.on("corpus") == args.on("prompts")) fail("give exactly one of --corpus and --prompts");
@@ -91,7 +92,7 @@ int regenerate_cmd(int argc, char** argv) {
     source["sample"] = n;  // part of the settings: resuming with another sample is refused
   }
   auto tok = Tokenizer::from_dir(dir);
-  auto model = Model::load(dir, LoadOptions{dtype});
+  auto model = Model::load(dir, load);
   // The files that decide what is generated (a GGUF file holds config and tokenizer both).
   const auto gguf = find_gguf(dir);
   const std::string config_file = gguf ? *gguf : (fs::path(dir) / "config.json").string();
@@ -136,7 +137,7 @@ int hidden_cmd(int argc, char** argv) {
                   "loss_mask [T] U8; and DIR/manifest.json, written last. Rerunning resumes and\n"
                   "recomputes missing or damaged samples."))
     return 0;
-  const DType dtype = apply_runtime_flags(args);
+  const LoadOptions load = apply_runtime_flags(args);
   const std::string dir = args.str("model");
   if (args.on("layers") == args.on("drafter")) fail("give exactly one of --layers and --drafter");
   datagen::HiddenOptions opt;
@@ -148,7 +149,7 @@ int hidden_cmd(int argc, char** argv) {
   opt.progress = !args.on("no-progress");
   opt.target_path = abs_path(dir);
   opt.target_config_crc32 = crc32_hex(crc32_file((fs::path(dir) / "config.json").string()));
-  auto model = Model::load(dir, LoadOptions{dtype});
+  auto model = Model::load(dir, load);
   const datagen::HiddenStats st = datagen::extract_hidden(*model, abs_path(args.str("data")), args.str("out"), opt);
   std::printf("hidden: %lld samples in range, %lld already done, %lld written (%lld repaired); %lld tokens in %.2f s "
               "(%.1f tok/s, %lld forward passes)\n",

@@ -32,7 +32,8 @@ int cmd_generate(int argc, char** argv) {
   add_runtime_flags(args);
   if (!args.parse(argc, argv, "generate", "Generates text from a prompt, streaming it to stdout."))
     return 0;
-  const DType dtype = apply_runtime_flags(args);
+  const LoadOptions load = apply_runtime_flags(args);
+  const DType dtype = load.dtype;
   const std::string dir = args.str("model");
   if (args.on("prompt") == args.on("prompt-file")) fail("give exactly one of --prompt and --prompt-file");
   if (args.on("system") && !args.on("chat")) fail("flag --system needs --chat (the system message goes into the chat template)");
@@ -45,7 +46,7 @@ int cmd_generate(int argc, char** argv) {
   const std::string prompt_text = args.on("prompt") ? args.str("prompt") : read_text_file(args.str("prompt-file"));
 
   auto tok = Tokenizer::from_dir(dir);
-  auto model = Model::load(dir, LoadOptions{dtype});
+  auto model = Model::load(dir, load);
   const ModelConfig& cfg = model->config();
   check_tokenizer_vocab(*tok, cfg, dir);
 

@@ -103,12 +103,14 @@ int model_init(int argc, char** argv) {
 int model_info(int argc, char** argv) {
   Args args;
   args.flag("model", "model directory, or a GGUF file").flag("json", "print JSON", false);
+  add_runtime_flags(args);
   if (!args.parse(argc, argv, "model info",
                   "Validates a model (an HF directory or a GGUF file) and prints its shape, how its tensors are\n"
                   "stored and the bytes of weights a decoded token reads."))
     return 0;
   const std::string dir = args.str("model");
-  auto m = Model::load(dir, LoadOptions{DType::BF16});
+  const LoadOptions load = apply_runtime_flags(args);
+  auto m = Model::load(dir, load);
   const ModelConfig& c = m->config();
   json j = c.to_json();
   j["parameters"] = c.num_parameters();
@@ -129,6 +131,17 @@ int model_info(int argc, char** argv) {
     j["source_format"] = "safetensors";
   }
   j["tensor_types"] = types;
+  // --quantization: what each matrix became (a K-quant falls back to Q5_0 on rows not a multiple of 256).
+  std::map<std::string, int> quantized;
+  std::vector<std::string> fallbacks;
+  for (const auto& [name, t] : m->quantized_types()) {
+    ++quantized[ggml_type_name(t)];
+    if (t != *load.quantization) fallbacks.push_back(name);
+  }
+  if (!quantized.empty()) {
+    j["quantized_to"] = quantized;
+    j["quantization_fallbacks"] = fallbacks;
+  }
   j["tensor_bytes"] = file_bytes;
   j["held_as"] = dtype_name(m->dtype());
   // Every matrix but the embedding table (a token reads one row of it) is read once per step.
@@ -145,6 +158,12 @@ int model_info(int argc, char** argv) {
     std::printf("  %s, tensors %s (%.1f MB); held as %s: %.1f MB of weights read per decoded token\n",
                 j["source_format"].get<std::string>().c_str(), list.c_str(), double(file_bytes) / 1e6,
                 dtype_name(m->dtype()), double(per_token) / 1e6);
+    if (!quantized.empty()) {
+      std::string q;
+      for (const auto& [t, n] : quantized) q += (q.empty() ? "" : ", ") + t + " x " + std::to_string(n);
+      std::printf("  quantized on load: %s (held dequantized); %zu fell back from %s (rows not a multiple of its block)\n",
+                  q.c_str(), fallbacks.size(), ggml_type_name(*load.quantization));
+    }
   }
   return 0;
 }

@@ -125,7 +125,8 @@ int cmd_serve(int argc, char** argv) {
                   "Serves the model over an OpenAI-compatible HTTP API (/v1/completions, "
                   "/v1/chat/completions, /v1/models, /tokenize, /detokenize, /health, /metrics)."))
     return 0;
-  const DType dtype = apply_runtime_flags(args);
+  const LoadOptions load = apply_runtime_flags(args);
+  const DType dtype = load.dtype;
   const std::string dir = args.str("model");
   ServerOptions so = server_options(args, dir);
   EngineOptions eo = engine_options(args, dtype);
@@ -147,7 +148,7 @@ int cmd_serve(int argc, char** argv) {
   }
 
   auto tok = Tokenizer::from_dir(dir);
-  auto model = Model::load(dir, LoadOptions{dtype});
+  auto model = Model::load(dir, load);
   const ModelConfig& cfg = model->config();
   check_tokenizer_vocab(*tok, cfg, dir);
   if (kv_gib) set_kv_cache_size(eo, *kv_gib, cfg, dtype, args);

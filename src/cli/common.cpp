@@ -6,20 +6,32 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/gemm.h"
+#include "kernels/quant.h"
 
 namespace dspark {
 
 void add_runtime_flags(Args& args) {
   args.flag("dtype", "weight precision: bf16 or f32 (f32 makes speculative greedy exact)", true, "bf16");
+  args.flag("quantization",
+            "none, q8_0, q4_0, q5_0 or q4_k: quantize the model's matrices on load with llama.cpp's\n"
+            "reference rounding, held dequantized in --dtype (the quantized model's outputs, not its speed)",
+            true, "none");
   args.flag("threads", "compute threads (0: all cores)", true, "0");
 }
 
-DType apply_runtime_flags(const Args& args) {
+LoadOptions apply_runtime_flags(const Args& args) {
   auto dt = dtype_from_flag(args.str("dtype"));
   if (!dt) fail("flag --dtype must be bf16 or f32, got '", args.str("dtype"), "'");
+  LoadOptions load{*dt, std::nullopt};
+  const std::string q = args.str("quantization");
+  if (q != "none") {
+    const auto t = ggml_type_from_name(q);
+    if (!t || !can_quantize(*t)) fail("flag --quantization must be none, q8_0, q4_0, q5_0 or q4_k, got '", q, "'");
+    load.quantization = *t;
+  }
   set_num_threads(int(args.integer("threads", 0, 1024)));
   gemm_backend();  // resolves DSPARK_GEMM now: a bad value is refused before any work
-  return *dt;
+  return load;
 }
 
 namespace {

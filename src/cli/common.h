@@ -12,10 +12,10 @@
 
 namespace dspark {
 
-// Declares --dtype and --threads.
+// Declares --dtype, --quantization and --threads.
 void add_runtime_flags(Args& args);
-// Applies --threads and returns the weight dtype chosen by --dtype.
-DType apply_runtime_flags(const Args& args);
+// Applies --threads and returns how the model is loaded (--dtype, --quantization).
+LoadOptions apply_runtime_flags(const Args& args);
 
 // Refuses a tokenizer with ids the model has no embedding for (naming DIR's two files).
 void check_tokenizer_vocab(const Tokenizer& tok, const ModelConfig& cfg, const std::string& dir);

@@ -1,5 +1,7 @@
 #include "kernels/quant.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/dtype.h"
@@ -119,6 +121,203 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
     case GgmlType::Q4_K: dequant_q4_k(b, dst, nb); return;
     case GgmlType::Q6_K: dequant_q6_k(b, dst, nb); return;
     default: fail("dequantize_row: ", tr->name, " is not read by dspark");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantization (llama.cpp's reference rounding)
+
+namespace {
+
+void put_half(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Round half to even, for |v| < 2^22 (the magic-number trick the reference uses).
+int nearest_int(float v) {
+  const float f = v + 12582912.f;
+  int32_t i;
+  std::memcpy(&i, &f, 4);
+  return (i & 0x007fffff) - 0x00400000;
+}
+
+void quant_q8_0(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32, b += 34) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    put_half(b, d);
+    for (int j = 0; j < 32; ++j) b[2 + j] = uint8_t(int8_t(std::roundf(x[j] * id)));
+  }
+}
+
+// Q4_0 and Q5_0: the value of largest magnitude maps to -2^(bits-1).
+void quant_q4_0(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32, b += 18) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+    const float d = max / -8.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    put_half(b, d);
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t lo = uint8_t(std::min(15, int(int8_t(x[j] * id + 8.5f))));
+      const uint8_t hi = uint8_t(std::min(15, int(int8_t(x[j + 16] * id + 8.5f))));
+      b[2 + j] = uint8_t(lo | (hi << 4));
+    }
+  }
+}
+
+void quant_q5_0(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 32, b += 22) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; ++j)
+      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+    const float d = max / -16.f;
+    const float id = d != 0.f ? 1.f / d : 0.f;
+    put_half(b, d);
+    uint32_t qh = 0;
+    for (int j = 0; j < 16; ++j) {
+      const uint8_t lo = uint8_t(std::min(31, int(int8_t(x[j] * id + 16.5f))));
+      const uint8_t hi = uint8_t(std::min(31, int(int8_t(x[j + 16] * id + 16.5f))));
+      b[6 + j] = uint8_t((lo & 0xF) | ((hi & 0xF) << 4));
+      qh |= uint32_t((lo & 0x10) >> 4) << j;
+      qh |= uint32_t((hi & 0x10) >> 4) << (j + 16);
+    }
+    std::memcpy(b + 2, &qh, 4);
+  }
+}
+
+// The scale and min (returned as -min in *neg_min) of n values x quantized to [0, nmax] with
+// weights w: a first fit from the range, then nstep + 1 trial scales, each refined by weighted
+// least squares; the pair with the least weighted squared error wins. L gets the levels.
+float fit_scale_min(int n, int nmax, const float* x, const float* w, uint8_t* L, float* neg_min, float rmin,
+                    float rdelta, int nstep) {
+  float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+  for (int i = 1; i < n; ++i) {
+    min = std::min(min, x[i]);
+    max = std::max(max, x[i]);
+    sum_w += w[i];
+    sum_x += w[i] * x[i];
+  }
+  if (min > 0) min = 0;
+  if (max == min) {
+    std::fill(L, L + n, uint8_t(0));
+    *neg_min = -min;
+    return 0.f;
+  }
+  float iscale = float(nmax) / (max - min);
+  float scale = 1 / iscale;
+  float best_error = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = nearest_int(iscale * (x[i] - min));
+    L[i] = uint8_t(std::max(0, std::min(nmax, l)));
+    const float diff = scale * float(L[i]) + min - x[i];
+    best_error += w[i] * (diff * diff);
+  }
+  uint8_t aux[32];
+  for (int is = 0; is <= nstep; ++is) {
+    iscale = (rmin + rdelta * float(is) + float(nmax)) / (max - min);
+    float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::max(0, std::min(nmax, nearest_int(iscale * (x[i] - min))));
+      aux[i] = uint8_t(l);
+      sum_l += w[i] * float(l);
+      sum_l2 += w[i] * float(l) * float(l);
+      sum_xl += w[i] * float(l) * x[i];
+    }
+    const float D = sum_w * sum_l2 - sum_l * sum_l;
+    if (D > 0) {
+      float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D;
+      float this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+      if (this_min > 0) {
+        this_min = 0;
+        this_scale = sum_xl / sum_l2;
+      }
+      float cur_error = 0;
+      for (int i = 0; i < n; ++i) {
+        const float diff = this_scale * float(aux[i]) + this_min - x[i];
+        cur_error += w[i] * (diff * diff);
+      }
+      if (cur_error < best_error) {
+        std::copy(aux, aux + n, L);
+        best_error = cur_error;
+        scale = this_scale;
+        min = this_min;
+      }
+    }
+  }
+  *neg_min = -min;
+  return scale;
+}
+
+void quant_q4_k(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 256, b += 144) {
+    uint8_t L[256];
+    float weights[32], mins[8], scales[8];
+    float max_scale = 0, max_min = 0;
+    for (int j = 0; j < 8; ++j) {
+      float sum_x2 = 0;
+      for (int l = 0; l < 32; ++l) sum_x2 += x[32 * j + l] * x[32 * j + l];
+      const float av_x = std::sqrt(sum_x2 / 32);
+      for (int l = 0; l < 32; ++l) weights[l] = av_x + std::fabs(x[32 * j + l]);
+      scales[j] = fit_scale_min(32, 15, x + 32 * j, weights, L + 32 * j, &mins[j], -1.f, 0.1f, 20);
+      max_scale = std::max(max_scale, scales[j]);
+      max_min = std::max(max_min, mins[j]);
+    }
+    const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
+    const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+    uint8_t* sc = b + 4;
+    std::memset(sc, 0, 12);
+    for (int j = 0; j < 8; ++j) {
+      const uint8_t ls = uint8_t(std::min(63, int(uint8_t(nearest_int(inv_scale * scales[j])))));
+      const uint8_t lm = uint8_t(std::min(63, int(uint8_t(nearest_int(inv_min * mins[j])))));
+      if (j < 4) {
+        sc[j] = ls;
+        sc[j + 4] = lm;
+      } else {
+        sc[j + 4] = uint8_t((ls & 0xF) | ((lm & 0xF) << 4));
+        sc[j - 4] |= uint8_t((ls >> 4) << 6);
+        sc[j] |= uint8_t((lm >> 4) << 6);
+      }
+    }
+    put_half(b, max_scale / 63.f);
+    put_half(b + 2, max_min / 63.f);
+    const float d_all = half(b), dmin_all = half(b + 2);
+    for (int j = 0; j < 8; ++j) {
+      int s, m;
+      scale_min_k4(j, sc, &s, &m);
+      const float d = d_all * float(s);
+      if (d == 0.f) continue;
+      const float dm = dmin_all * float(m);
+      for (int l = 0; l < 32; ++l)
+        L[32 * j + l] = uint8_t(std::max(0, std::min(15, nearest_int((x[32 * j + l] + dm) / d))));
+    }
+    uint8_t* q = b + 16;
+    for (int j = 0; j < 256; j += 64, q += 32)
+      for (int l = 0; l < 32; ++l) q[l] = uint8_t(L[j + l] | (L[j + l + 32] << 4));
+  }
+}
+
+}  // namespace
+
+bool can_quantize(GgmlType t) {
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_K;
+}
+
+void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
+  if (!can_quantize(t)) fail("quantize_row: dspark does not write ", ggml_type_name(t));
+  const auto tr = ggml_type_traits(uint32_t(t));
+  if (n % tr->block_elems != 0) fail("quantize_row: ", n, " weights of ", tr->name, " (blocks of ", tr->block_elems, ")");
+  auto* b = static_cast<uint8_t*>(dst);
+  const int64_t nb = n / tr->block_elems;
+  switch (t) {
+    case GgmlType::Q8_0: quant_q8_0(x, b, nb); return;
+    case GgmlType::Q4_0: quant_q4_0(x, b, nb); return;
+    case GgmlType::Q5_0: quant_q5_0(x, b, nb); return;
+    default: quant_q4_k(x, b, nb); return;
   }
 }
 

@@ -71,8 +71,11 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   return m;
 }
 
-std::unique_ptr<Model> Model::build(const ModelConfig& cfg, const WeightSource& src, const LoadOptions& opt) {
+std::unique_ptr<Model> Model::build(const ModelConfig& cfg, const WeightSource& source, const LoadOptions& opt) {
   auto m = std::unique_ptr<Model>(new Model());
+  std::unique_ptr<WeightSource> quantized;
+  if (opt.quantization) quantized = quantizing_source(source, *opt.quantization, &m->quantized_);
+  const WeightSource& src = quantized ? *quantized : source;
   m->cfg_ = cfg;
   m->dtype_ = opt.dtype;
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;

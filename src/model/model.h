@@ -1,11 +1,14 @@
 // Model: the weights of a Qwen3 or Llama decoder, laid out for the kernels.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/gguf.h"
 #include "kernels/gemm.h"
 #include "model/config.h"
 #include "model/weight_source.h"
@@ -14,7 +17,13 @@
 namespace dspark {
 
 struct LoadOptions {
-  DType dtype = DType::BF16;  // how matrices are held: BF16 (default) or F32
+  LoadOptions(DType held = DType::BF16, std::optional<GgmlType> quantize = std::nullopt)
+      : dtype(held), quantization(quantize) {}
+  DType dtype;  // how matrices are held: BF16 (default) or F32
+  // Quantize every matrix on load (Q8_0, Q4_0, Q5_0 or Q4_K, llama.cpp's reference rounding) and
+  // hold its dequantized values in `dtype`: the quantized model's outputs, at the bf16 model's
+  // speed. A K-quant falls back to Q5_0 for matrices whose rows are not a multiple of 256.
+  std::optional<GgmlType> quantization;
 };
 
 class Model {
@@ -33,6 +42,8 @@ class Model {
   const float* final_norm() const { return final_norm_; }
   const std::vector<float>& rope_inv_freq() const { return inv_freq_; }
   size_t weight_bytes() const { return arena_->bytes_used(); }  // bytes of all matrices held
+  // With LoadOptions::quantization: the type each matrix was quantized to, by HF tensor name.
+  const std::map<std::string, GgmlType>& quantized_types() const { return quantized_; }
 
  private:
   ModelConfig cfg_;
@@ -43,6 +54,7 @@ class Model {
   WeightMatrix embed_, lm_head_;
   const float* final_norm_ = nullptr;
   std::vector<float> inv_freq_;
+  std::map<std::string, GgmlType> quantized_;
 };
 
 // The tensor names a checkpoint of this config must contain (HF naming), in load order.

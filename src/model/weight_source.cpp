@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/quant.h"
 
 namespace dspark {
 
@@ -50,6 +51,43 @@ class CheckpointSource : public WeightSource {
 
  private:
   std::unique_ptr<TensorStore> store_;
+};
+
+class QuantizingSource : public WeightSource {
+ public:
+  QuantizingSource(const WeightSource& inner, GgmlType type, std::map<std::string, GgmlType>* chosen)
+      : inner_(inner), type_(type), chosen_(chosen) {}
+  bool has(const std::string& name) const override { return inner_.has(name); }
+  std::vector<std::string> names() const override { return inner_.names(); }
+  std::string describe() const override { return inner_.describe() + " quantized to " + ggml_type_name(type_); }
+
+  void read(const std::string& name, const std::vector<int64_t>& shape, DType dst_dtype, void* dst,
+            int64_t dst_ld) const override {
+    if (shape.size() != 2) return inner_.read(name, shape, dst_dtype, dst, dst_ld);
+    const int64_t rows = shape[0], cols = shape[1];
+    const bool k_quant = type_ == GgmlType::Q4_K;
+    GgmlType t = k_quant && cols % 256 != 0 ? GgmlType::Q5_0 : type_;
+    if (cols % 32 != 0) fail(inner_.describe(), ": tensor '", name, "' has rows of ", cols,
+                             " weights, not a multiple of 32: it cannot be quantized to ", ggml_type_name(t));
+    std::vector<float> full(size_t(rows * cols));
+    inner_.read(name, shape, DType::F32, full.data(), cols);
+    const size_t dst_esz = dtype_size(dst_dtype), row_bytes = ggml_row_bytes(t, cols);
+    parallel_for(int((rows + 63) / 64), [&](int task) {
+      std::vector<uint8_t> blocks(row_bytes);
+      std::vector<float> back(static_cast<size_t>(cols));
+      for (int64_t r = task * 64; r < std::min(rows, int64_t(task + 1) * 64); ++r) {
+        quantize_row(t, full.data() + size_t(r * cols), blocks.data(), cols);
+        dequantize_row(t, blocks.data(), back.data(), cols);
+        store_row(back.data(), cols, dst_dtype, static_cast<uint8_t*>(dst) + size_t(r * dst_ld) * dst_esz);
+      }
+    });
+    if (chosen_) (*chosen_)[name] = t;
+  }
+
+ private:
+  const WeightSource& inner_;
+  GgmlType type_;
+  std::map<std::string, GgmlType>* chosen_;
 };
 
 uint64_t splitmix(uint64_t& s) {
@@ -101,6 +139,12 @@ class RandomSource : public WeightSource {
 
 std::unique_ptr<WeightSource> checkpoint_source(std::unique_ptr<TensorStore> store) {
   return std::make_unique<CheckpointSource>(std::move(store));
+}
+
+std::unique_ptr<WeightSource> quantizing_source(const WeightSource& inner, GgmlType type,
+                                                std::map<std::string, GgmlType>* chosen) {
+  if (!can_quantize(type)) fail("quantization ", ggml_type_name(type), " is not written by dspark (q8_0, q4_0, q5_0, q4_k)");
+  return std::make_unique<QuantizingSource>(inner, type, chosen);
 }
 
 std::unique_ptr<WeightSource> random_source(uint64_t seed, float std) {

@@ -2,11 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/gguf.h"
 #include "core/safetensors.h"
 
 namespace dspark {
@@ -25,6 +27,11 @@ class WeightSource {
 
 // Tensors of an HF safetensors directory (or a single file).
 std::unique_ptr<WeightSource> checkpoint_source(std::unique_ptr<TensorStore> store);
+// `inner`'s tensors, each matrix (2-D) quantized to `type` row by row (quantize_row) and read back
+// dequantized; vectors pass unchanged. A K-quant falls back to Q5_0 for rows that are not a
+// multiple of 256 (llama-quantize's fallback). The type each matrix got is recorded in *chosen.
+std::unique_ptr<WeightSource> quantizing_source(const WeightSource& inner, GgmlType type,
+                                                std::map<std::string, GgmlType>* chosen);
 // Deterministic random tensors: N(0, std^2) for matrices, 1 + N(0, 0.1^2) for norm weights.
 std::unique_ptr<WeightSource> random_source(uint64_t seed, float std = 0.02f);
 

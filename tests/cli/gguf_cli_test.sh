@@ -2,7 +2,8 @@
 # A GGUF target through the command line: the demo target written as one GGUF file (BF16
 # matrices, by tests/reference/gguf_reference.py) gives, at --dtype f32, the same tokens as its HF
 # directory, alone and with its DSpark drafter; `model info` and `tokenize` read it; a directory
-# holding it stands for it; a truncated copy and a second .gguf beside it are refused naming the file.
+# holding it stands for it; a truncated copy and a second .gguf beside it are refused naming the file;
+# --quantization q4_k on load (model info, lossless speculation on the quantized target).
 #   gguf_cli_test.sh DSPARK_BINARY MODELS_DIR PYTHON REFERENCE_SCRIPT
 set -u
 dspark=$1 models=$2 python=$3 script=$4
@@ -40,6 +41,18 @@ for prompt in "Tom has 12 apples and buys 30 more. How many apples does he have?
   check "plain: $prompt" "$want" "$("$dspark" generate --model "$gguf" --dtype f32 --chat --prompt "$prompt" --max-tokens 40 --json | jget "['token_ids']")"
   check "dspark: $prompt" "$want" "$("$dspark" generate --model "$work/dir" --dtype f32 --chat --prompt "$prompt" --max-tokens 40 --json --speculative-config "$spec" | jget "['token_ids']")"
 done
+
+# --quantization q4_k on load: the demo's 1,408-wide down_proj rows fall back to Q5_0, and
+# speculative greedy output on the quantized target equals its plain greedy output.
+info=$("$dspark" model info --model "$models/demo" --quantization q4_k --json)
+check "q4_k on load: types" '{"Q4_K":37,"Q5_0":6}' "$(jget "['quantized_to']" <<<"$info")"
+check "q4_k on load: fallbacks" "6" "$(jget "['quantization_fallbacks'].__len__()" <<<"$info")"
+prompt="Tom has 12 apples and buys 30 more. How many apples does he have?"
+q_plain=$("$dspark" generate --model "$models/demo" --quantization q4_k --dtype f32 --chat --prompt "$prompt" --max-tokens 40 --json | jget "['token_ids']")
+check "q4_k: dspark equals plain" "$q_plain" "$("$dspark" generate --model "$models/demo" --quantization q4_k --dtype f32 --chat --prompt "$prompt" --max-tokens 40 --json --speculative-config "$spec" | jget "['token_ids']")"
+err=$("$dspark" generate --model "$models/demo" --quantization q2_k --prompt hi 2>&1 >/dev/null); rc=$?
+check "bad --quantization: exit 1" "1" "$rc"
+contains "bad --quantization: names the flag" "flag --quantization" "$err"
 
 head -c 30000000 "$gguf" > "$work/cut.gguf"
 err=$("$dspark" generate --model "$work/cut.gguf" --prompt hi 2>&1 >/dev/null); rc=$?

@@ -14,6 +14,11 @@ Writes GGUF v3 files with its own writer, following the published format:
   * with --tokenizer NAME=tokenizer.json[:pre[:add_bos]]: DIR/tokenizers/NAME.gguf, the tokenizer
     metadata llama.cpp's converter writes for that tokenizer.json (no tensors).
 
+  * DIR/quantize/qwen3_q8_0.gguf: the qwen3_f32 case's matrices quantized to Q8_0 here, and
+    qwen3_attn_k_q4_k.gguf its blk.0.attn_k.weight in Q4_K (what `--quantization` on load must give);
+  * DIR/quantize/input.f32 and DIR/quantize/<type>.bin: rows of weights and their Q8_0, Q4_0,
+    Q5_0 and Q4_K blocks by llama.cpp's reference rounding, emulated here in float32 scalar
+    arithmetic, the order of operations of the reference;
   * with --convert HF_DIR=OUT.gguf[:TYPE]: the Qwen3 checkpoint HF_DIR (config.json, safetensors,
     tokenizer.json) as one GGUF file, matrices stored as TYPE (F32, F16 or BF16; default BF16),
     for the command-line tests.
@@ -176,6 +181,179 @@ def write_dequant_case(out, rng):
     json.dump(manifest, open(os.path.join(d, "manifest.json"), "w"), indent=1)
 
 
+# ---------------------------------------------------------------- quantization, in float32 as the reference does it
+
+f32 = np.float32
+
+
+def nearest_int(v):
+    return int(np.rint(f32(v)))  # round half to even, as the reference's magic-number trick
+
+
+def roundf(v):
+    return int(np.sign(v) * np.floor(abs(float(v)) + 0.5))
+
+
+def q8_0_exact(x):
+    out = bytearray()
+    for blk in x.reshape(-1, 32):
+        amax = f32(0)
+        for v in blk:
+            amax = max(amax, f32(abs(v)))
+        d = f32(amax / f32(127))
+        idv = f32(f32(1) / d) if d != 0 else f32(0)
+        out += f16_bits(d).tobytes()
+        out += bytes(roundf(f32(v * idv)) & 0xFF for v in blk)
+    return bytes(out)
+
+
+def q8_0_rows(rows):
+    """q8_0_exact over whole rows at once (the same float32 operations, vectorized)."""
+    b = rows.astype(np.float32).reshape(-1, 32)
+    amax = np.abs(b).max(axis=1)
+    d = (amax / np.float32(127)).astype(np.float32)
+    idv = np.where(d != 0, np.float32(1) / np.where(d != 0, d, np.float32(1)), np.float32(0)).astype(np.float32)
+    v = (b * idv[:, None]).astype(np.float32)
+    q = (np.sign(v) * np.floor(np.abs(v.astype(np.float64)) + 0.5)).astype(np.int64).astype(np.int8)
+    out = np.concatenate([f16_bits(d).view(np.uint8).reshape(-1, 2), q.view(np.uint8)], axis=1)
+    return out.tobytes()
+
+
+def q45_0(x, bits):
+    half = f32(1 << (bits - 1))
+    out = bytearray()
+    for blk in x.reshape(-1, 32):
+        amax, mx = f32(0), f32(0)
+        for v in blk:
+            if amax < abs(v):
+                amax, mx = f32(abs(v)), v
+        d = f32(mx / -half)
+        idv = f32(f32(1) / d) if d != 0 else f32(0)
+        q = [min(int(2 * half - 1), int(f32(f32(v * idv) + f32(half + f32(0.5))))) for v in blk]  # trunc toward 0
+        out += f16_bits(d).tobytes()
+        if bits == 5:
+            qh = 0
+            for j in range(16):
+                qh |= ((q[j] & 16) >> 4) << j
+                qh |= ((q[j + 16] & 16) >> 4) << (j + 16)
+            out += struct.pack("<I", qh)
+        out += bytes((q[j] & 15) | ((q[j + 16] & 15) << 4) for j in range(16))
+    return bytes(out)
+
+
+def fit_scale_min(x, w, nmax, rmin, rdelta, nstep):
+    n = len(x)
+    mn, mx, sum_w = x[0], x[0], w[0]
+    sum_x = f32(sum_w * x[0])
+    for i in range(1, n):
+        mn = min(mn, x[i])
+        mx = max(mx, x[i])
+        sum_w = f32(sum_w + w[i])
+        sum_x = f32(sum_x + f32(w[i] * x[i]))
+    if mn > 0:
+        mn = f32(0)
+    if mx == mn:
+        return f32(0), [0] * n, f32(-mn)
+    iscale = f32(f32(nmax) / f32(mx - mn))
+    scale = f32(f32(1) / iscale)
+    L, best = [0] * n, f32(0)
+    for i in range(n):
+        L[i] = max(0, min(nmax, nearest_int(f32(iscale * f32(x[i] - mn)))))
+        diff = f32(f32(f32(scale * f32(L[i])) + mn) - x[i])
+        best = f32(best + f32(w[i] * f32(diff * diff)))
+    for step in range(nstep + 1):
+        iscale = f32(f32(f32(rmin + f32(rdelta * f32(step))) + f32(nmax)) / f32(mx - mn))
+        sl = sl2 = sxl = f32(0)
+        aux = [0] * n
+        for i in range(n):
+            l = max(0, min(nmax, nearest_int(f32(iscale * f32(x[i] - mn)))))
+            aux[i] = l
+            wl = f32(w[i] * f32(l))
+            sl = f32(sl + wl)
+            sl2 = f32(sl2 + f32(wl * f32(l)))
+            sxl = f32(sxl + f32(wl * x[i]))
+        D = f32(f32(sum_w * sl2) - f32(sl * sl))
+        if D > 0:
+            this_scale = f32(f32(f32(sum_w * sxl) - f32(sum_x * sl)) / D)
+            this_min = f32(f32(f32(sl2 * sum_x) - f32(sl * sxl)) / D)
+            if this_min > 0:
+                this_min = f32(0)
+                this_scale = f32(sxl / sl2)
+            cur = f32(0)
+            for i in range(n):
+                diff = f32(f32(f32(this_scale * f32(aux[i])) + this_min) - x[i])
+                cur = f32(cur + f32(w[i] * f32(diff * diff)))
+            if cur < best:
+                L, best, scale, mn = list(aux), cur, this_scale, this_min
+    return scale, L, f32(-mn)
+
+
+def q4_k(x):
+    out = bytearray()
+    for sb in x.reshape(-1, 256):
+        L, scales, mins = [0] * 256, [], []
+        for j in range(8):
+            g = sb[32 * j:32 * j + 32]
+            s2 = f32(0)
+            for v in g:
+                s2 = f32(s2 + f32(v * v))
+            av = f32(np.sqrt(f32(s2 / f32(32))))
+            w = [f32(av + abs(v)) for v in g]
+            sc, Lg, m = fit_scale_min(g, w, 15, f32(-1), f32(0.1), 20)
+            L[32 * j:32 * j + 32] = Lg
+            scales.append(sc)
+            mins.append(m)
+        max_scale, max_min = f32(0), f32(0)
+        for j in range(8):
+            max_scale = max(max_scale, scales[j])
+            max_min = max(max_min, mins[j])
+        inv_scale = f32(f32(63) / max_scale) if max_scale > 0 else f32(0)
+        inv_min = f32(f32(63) / max_min) if max_min > 0 else f32(0)
+        sc = [0] * 12
+        for j in range(8):
+            ls = min(63, nearest_int(f32(inv_scale * scales[j])) & 0xFF)
+            lm = min(63, nearest_int(f32(inv_min * mins[j])) & 0xFF)
+            if j < 4:
+                sc[j], sc[j + 4] = ls, lm
+            else:
+                sc[j + 4] = (ls & 15) | ((lm & 15) << 4)
+                sc[j - 4] |= (ls >> 4) << 6
+                sc[j] |= (lm >> 4) << 6
+        d_bits, dmin_bits = f16_bits(f32(max_scale / f32(63))), f16_bits(f32(max_min / f32(63)))
+        d_all, dmin_all = f32(f16_value(d_bits)), f32(f16_value(dmin_bits))
+        for j in range(8):
+            if j < 4:
+                s, m = sc[j] & 63, sc[j + 4] & 63
+            else:
+                s, m = (sc[j + 4] & 15) | ((sc[j - 4] >> 6) << 4), (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4)
+            d = f32(d_all * f32(s))
+            if d == 0:
+                continue
+            dm = f32(dmin_all * f32(m))
+            for l in range(32):
+                L[32 * j + l] = max(0, min(15, nearest_int(f32(f32(sb[32 * j + l] + dm) / d))))
+        out += d_bits.tobytes() + dmin_bits.tobytes() + bytes(sc)
+        out += bytes(L[j + l] | (L[j + l + 32] << 4) for j in range(0, 256, 64) for l in range(32))
+    return bytes(out)
+
+
+def write_quantize_case(out, rng):
+    d = os.path.join(out, "quantize")
+    os.makedirs(d, exist_ok=True)
+    rows = [rng.standard_normal(512) * 0.02, rng.standard_normal(512) * 3.0, np.zeros(512),
+            np.full(512, 0.25), np.concatenate([rng.standard_normal(511) * 0.01, [5.0]]),
+            rng.uniform(0.0, 1.0, 512), -rng.uniform(0.0, 1.0, 512), rng.standard_t(2, 512) * 0.05]
+    x = np.stack(rows).astype(np.float32)
+    x.tofile(os.path.join(d, "input.f32"))
+    for name, fn in (("Q8_0", q8_0_exact), ("Q4_0", lambda r: q45_0(r, 4)), ("Q5_0", lambda r: q45_0(r, 5)),
+                     ("Q4_K", q4_k)):
+        with open(os.path.join(d, name + ".bin"), "wb") as f:
+            for r in x:
+                f.write(fn(r))
+    json.dump({"rows": len(rows), "cols": 512, "types": ["Q8_0", "Q4_0", "Q5_0", "Q4_K"]},
+              open(os.path.join(d, "manifest.json"), "w"))
+
+
 # ---------------------------------------------------------------- tiny models
 
 MODEL_CASES = {
@@ -251,6 +429,16 @@ def make_model_case(out, name, seed):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     write_gguf(os.path.join(d, "model.gguf"), kvs, tensors, alignment=64)
+    if name == "qwen3_f32":  # the same model quantized here, for --quantization on load
+        qt, k = [], None
+        for tn, tt, ne, raw in tensors:
+            rows = np.frombuffer(raw, dtype=np.float32).reshape(-1, ne[0])
+            qt.append((tn, "Q8_0", ne, q8_0_rows(rows)) if len(ne) == 2 else (tn, tt, ne, raw))
+            if tn == "blk.0.attn_k.weight":  # Q4_K in float32 scalar steps is slow: one matrix
+                k = (tn, "Q4_K", ne, b"".join(q4_k(r) for r in rows))
+        os.makedirs(os.path.join(out, "quantize"), exist_ok=True)
+        write_gguf(os.path.join(out, "quantize", "qwen3_q8_0.gguf"), kvs, qt)
+        write_gguf(os.path.join(out, "quantize", "qwen3_attn_k_q4_k.gguf"), kvs[:1], [k])
     return d, cfg, w, factors
 
 
@@ -374,6 +562,9 @@ def main():
         ap.error("--out or --convert is required")
     rng = np.random.default_rng(7)
     write_dequant_case(args.out, rng)
+    write_quantize_case(args.out, rng)
+    x = np.random.default_rng(3).standard_normal((5, 256)).astype(np.float32)
+    assert q8_0_rows(x) == b"".join(q8_0_exact(r) for r in x)
     for i, name in enumerate(MODEL_CASES):
         d, cfg, w, factors = make_model_case(args.out, name, seed=200 + i)
         model_reference(d, cfg, w, factors, seed=200 + i, greedy_tokens=args.greedy_tokens)

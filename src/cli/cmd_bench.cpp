@@ -34,7 +34,7 @@ namespace {
 int bench_step(int argc, char** argv) {
   Args args;
   args.flag("model", "model directory or GGUF file")
-      .flag("shape", "random model of a real shape: qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, tiny-qwen3, tiny-llama")
+      .flag("shape", "random model of a real shape: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, llama-3.2-1b, tiny-qwen3, tiny-llama")
       .flag("contexts", "cached positions per sequence", true, "512,4096")
       .flag("batches", "sequences per step", true, "1,4,16")
       .flag("tokens", "tokens per sequence per step", true, "1,2,4,8,16")

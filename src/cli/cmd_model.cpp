@@ -65,7 +65,7 @@ json byte_level_tokenizer(const std::vector<std::string>& specials) {
 
 int model_init(int argc, char** argv) {
   Args args;
-  args.flag("shape", "qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, tiny-qwen3, tiny-llama")
+  args.flag("shape", "qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, llama-3.2-1b, tiny-qwen3, tiny-llama")
       .flag("out", "directory to write")
       .flag("seed", "random seed", true, "0")
       .flag("std", "standard deviation of the random matrices", true, "0.02")

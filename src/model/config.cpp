@@ -230,17 +230,23 @@ void set_sizes(ModelConfig& c, const std::array<int, 8>& sizes, std::vector<int>
 
 ModelConfig shape_config(const std::string& name) {
   ModelConfig c;
-  if (name == "qwen3-0.6b" || name == "qwen3-1.7b" || name == "tiny-qwen3") {
+  if (name == "qwen3-0.6b" || name == "qwen3-1.7b" || name == "qwen3-4b" || name == "qwen3-8b" ||
+      name == "tiny-qwen3") {
     c.arch = Arch::Qwen3;
     c.architecture = "Qwen3ForCausalLM";
     c.qk_norm = true;
     c.rope_theta = 1000000.f;
     c.tie_word_embeddings = true;
     c.max_position_embeddings = 40960;
+    if (name == "qwen3-8b") c.tie_word_embeddings = false;
     if (name == "qwen3-0.6b")
       set_sizes(c, {151936, 1024, 3072, 28, 16, 8, 128, 151643}, {151645});
     else if (name == "qwen3-1.7b")
       set_sizes(c, {151936, 2048, 6144, 28, 16, 8, 128, 151643}, {151645});
+    else if (name == "qwen3-4b")
+      set_sizes(c, {151936, 2560, 9728, 36, 32, 8, 128, 151643}, {151645});
+    else if (name == "qwen3-8b")
+      set_sizes(c, {151936, 4096, 12288, 36, 32, 8, 128, 151643}, {151645});
     else
       set_sizes(c, {512, 64, 128, 2, 4, 2, 16, 1}, {2});
     return c;
@@ -261,7 +267,8 @@ ModelConfig shape_config(const std::string& name) {
     }
     return c;
   }
-  fail("unknown model shape '", name, "' (known: qwen3-0.6b, qwen3-1.7b, llama-3.2-1b, tiny-qwen3, tiny-llama)");
+  fail("unknown model shape '", name,
+       "' (known: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, llama-3.2-1b, tiny-qwen3, tiny-llama)");
 }
 
 }  // namespace dspark

@@ -53,8 +53,8 @@ struct ModelConfig {
   int64_t num_parameters() const;
 };
 
-// Shapes of real models, for benchmarks and tests: "qwen3-0.6b", "qwen3-1.7b", "llama-3.2-1b",
-// and the tiny "tiny-qwen3" / "tiny-llama". Throws Error listing the known names.
+// Shapes of real models, for benchmarks and tests: "qwen3-0.6b", "qwen3-1.7b", "qwen3-4b",
+// "qwen3-8b", "llama-3.2-1b", and the tiny "tiny-qwen3" / "tiny-llama". Throws Error listing the known names.
 ModelConfig shape_config(const std::string& name);
 
 }  // namespace dspark

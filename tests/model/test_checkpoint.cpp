@@ -283,3 +283,28 @@ TEST_F(Checkpoint, LoadedWeightsRoundTrip) {
 
 }  // namespace
 }  // namespace dspark
+
+namespace dspark {
+namespace {
+
+// The benchmark shapes have the sizes of the published models (Qwen3 model cards: parameters in
+// all and without the embedding).
+TEST(ShapeConfig, QwenShapesHaveThePublishedSizes) {
+  struct Want {
+    const char* name;
+    double total_b, non_embedding_b;
+  };
+  for (const Want& w : {Want{"qwen3-0.6b", 0.6, 0.44}, Want{"qwen3-1.7b", 1.7, 1.4}, Want{"qwen3-4b", 4.0, 3.6},
+                        Want{"qwen3-8b", 8.2, 6.95}}) {
+    const ModelConfig c = shape_config(w.name);
+    const double total = double(c.num_parameters()) / 1e9;
+    const double embedding = double(c.vocab_size) * c.hidden_size * (c.tie_word_embeddings ? 1 : 2) / 1e9;
+    EXPECT_NEAR(total, w.total_b, 0.05 * w.total_b) << w.name;
+    EXPECT_NEAR(total - embedding, w.non_embedding_b, 0.02 * w.non_embedding_b) << w.name;
+  }
+  EXPECT_FALSE(shape_config("qwen3-8b").tie_word_embeddings);
+  EXPECT_TRUE(shape_config("qwen3-4b").tie_word_embeddings);
+}
+
+}  // namespace
+}  // namespace dspark

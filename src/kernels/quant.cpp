@@ -153,40 +153,28 @@ void quant_q8_0(const float* x, uint8_t* b, int64_t nb) {
   }
 }
 
-// Q4_0 and Q5_0: the value of largest magnitude maps to -2^(bits-1).
-void quant_q4_0(const float* x, uint8_t* b, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += 32, b += 18) {
+// Q4_0 and Q5_0: the value of largest magnitude maps to -2^(bits-1); Q5_0 keeps each weight's
+// fifth bit in a u32 after the scale.
+template <int kBits>
+void quant_q4_0_q5_0(const float* x, uint8_t* b, int64_t nb) {
+  constexpr int kHalf = 1 << (kBits - 1), kMax = 2 * kHalf - 1;
+  constexpr int kBlockBytes = kBits == 5 ? 22 : 18, kQs = kBits == 5 ? 6 : 2;
+  for (int64_t i = 0; i < nb; ++i, x += 32, b += kBlockBytes) {
     float amax = 0, max = 0;
     for (int j = 0; j < 32; ++j)
       if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
-    const float d = max / -8.f;
-    const float id = d != 0.f ? 1.f / d : 0.f;
-    put_half(b, d);
-    for (int j = 0; j < 16; ++j) {
-      const uint8_t lo = uint8_t(std::min(15, int(int8_t(x[j] * id + 8.5f))));
-      const uint8_t hi = uint8_t(std::min(15, int(int8_t(x[j + 16] * id + 8.5f))));
-      b[2 + j] = uint8_t(lo | (hi << 4));
-    }
-  }
-}
-
-void quant_q5_0(const float* x, uint8_t* b, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i, x += 32, b += 22) {
-    float amax = 0, max = 0;
-    for (int j = 0; j < 32; ++j)
-      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
-    const float d = max / -16.f;
+    const float d = max / -float(kHalf);
     const float id = d != 0.f ? 1.f / d : 0.f;
     put_half(b, d);
     uint32_t qh = 0;
     for (int j = 0; j < 16; ++j) {
-      const uint8_t lo = uint8_t(std::min(31, int(int8_t(x[j] * id + 16.5f))));
-      const uint8_t hi = uint8_t(std::min(31, int(int8_t(x[j + 16] * id + 16.5f))));
-      b[6 + j] = uint8_t((lo & 0xF) | ((hi & 0xF) << 4));
+      const uint8_t lo = uint8_t(std::min(kMax, int(int8_t(x[j] * id + (float(kHalf) + 0.5f)))));
+      const uint8_t hi = uint8_t(std::min(kMax, int(int8_t(x[j + 16] * id + (float(kHalf) + 0.5f)))));
+      b[kQs + j] = uint8_t((lo & 0xF) | ((hi & 0xF) << 4));
       qh |= uint32_t((lo & 0x10) >> 4) << j;
       qh |= uint32_t((hi & 0x10) >> 4) << (j + 16);
     }
-    std::memcpy(b + 2, &qh, 4);
+    if constexpr (kBits == 5) std::memcpy(b + 2, &qh, 4);
   }
 }
 
@@ -315,8 +303,8 @@ void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
   const int64_t nb = n / tr->block_elems;
   switch (t) {
     case GgmlType::Q8_0: quant_q8_0(x, b, nb); return;
-    case GgmlType::Q4_0: quant_q4_0(x, b, nb); return;
-    case GgmlType::Q5_0: quant_q5_0(x, b, nb); return;
+    case GgmlType::Q4_0: quant_q4_0_q5_0<4>(x, b, nb); return;
+    case GgmlType::Q5_0: quant_q4_0_q5_0<5>(x, b, nb); return;
     default: quant_q4_k(x, b, nb); return;
   }
 }

@@ -93,13 +93,14 @@ int regenerate_cmd(int argc, char** argv) {
   }
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, load);
-  // The files that decide what is generated (a GGUF file holds config and tokenizer both).
+  // The files that decide what is generated (a GGUF file holds config and tokenizer both: its
+  // one checksum, read once, stands for both).
   const auto gguf = find_gguf(dir);
-  const std::string config_file = gguf ? *gguf : (fs::path(dir) / "config.json").string();
-  const std::string tokenizer_file = gguf ? *gguf : (fs::path(dir) / "tokenizer.json").string();
+  const std::string config_crc = crc32_hex(crc32_file(gguf ? *gguf : (fs::path(dir) / "config.json").string()));
+  const std::string tokenizer_crc = gguf ? config_crc : crc32_hex(crc32_file((fs::path(dir) / "tokenizer.json").string()));
   opt.settings = {{"model", abs_path(dir)},
-                  {"config_crc32", crc32_hex(crc32_file(config_file))},
-                  {"tokenizer_crc32", crc32_hex(crc32_file(tokenizer_file))},
+                  {"config_crc32", config_crc},
+                  {"tokenizer_crc32", tokenizer_crc},
                   {"dtype", dtype_name(dtype)},
                   {"source", source},
                   {"max_tokens", opt.max_tokens},

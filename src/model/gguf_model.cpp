@@ -144,10 +144,9 @@ class GgufSource : public WeightSource {
     if (!t) fail(f_->path(), ": missing tensor '", g.empty() ? name : g, "' (", name, ")");
     std::vector<int64_t> want(shape.rbegin(), shape.rend());  // ggml order
     if (t->ne != want) {
-      std::vector<int64_t> hf(shape);
-      std::string s = "[";
-      for (size_t i = 0; i < hf.size(); ++i) s += std::to_string(hf[i]) + (i + 1 < hf.size() ? ", " : "");
-      fail(f_->path(), ": tensor '", g, "' has shape ", t->shape_str(), ", expected ", s, "]");
+      GgufTensor expected;
+      expected.ne = want;
+      fail(f_->path(), ": tensor '", g, "' has shape ", t->shape_str(), ", expected ", expected.shape_str());
     }
     const int64_t cols = t->ne[0], rows = t->rows();
     const size_t row_bytes = ggml_row_bytes(t->type, cols), dst_esz = dtype_size(dst_dtype);

@@ -29,6 +29,7 @@ CpuFeatures detect() {
     f.avx512f = zmm_ok && (b & (1u << 16));
     f.avx512bw = zmm_ok && (b & (1u << 30));
     f.avx512vl = zmm_ok && (b & (1u << 31));
+    f.avx512_vnni = zmm_ok && (c & (1u << 11));
     f.amx_bf16 = amx_ok && (d & (1u << 22));
   }
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) f.avx512_bf16 = zmm_ok && (a & (1u << 5));
@@ -69,6 +70,7 @@ std::string CpuFeatures::describe() const {
   add(avx512f, "avx512f");
   add(avx512bw, "avx512bw");
   add(avx512vl, "avx512vl");
+  add(avx512_vnni, "avx512_vnni");
   add(avx512_bf16, "avx512_bf16");
   add(amx_bf16, "amx_bf16");
   s += ")";

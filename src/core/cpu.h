@@ -13,6 +13,7 @@ struct CpuFeatures {
   bool avx512f = false;
   bool avx512bw = false;
   bool avx512vl = false;
+  bool avx512_vnni = false;
   bool avx512_bf16 = false;
   bool amx_bf16 = false;
   std::string brand;

@@ -61,6 +61,21 @@ GemmBackend& current() {
 WeightMatrix WeightMatrix::rows(int begin, int count) const {
   WeightMatrix r = *this;
   r.n = count;
+  if (quantized()) {
+    if (begin % kQPanelRows != 0) fail("internal: a view of quantized weights must start at a multiple of ", kQPanelRows, " rows, not ", begin);
+    r.nparts = 0;
+    for (int j = 0; j < nparts; ++j) {
+      const QuantPart& q = parts[j];
+      const int lo = std::max(begin, q.row0), hi = std::min(begin + count, q.row0 + q.rows);
+      if (lo >= hi) continue;
+      QuantPart v = q;
+      v.row0 = lo - begin;
+      v.rows = hi - lo;
+      v.data = q.data + size_t((lo - q.row0) / kQPanelRows) * qgemm_matrix_bytes(q.type, kQPanelRows, k);
+      r.parts[r.nparts++] = v;
+    }
+    return r;
+  }
   if (panels) {
     if (begin % kPanelRows != 0) fail("internal: a view of panel-packed weights must start at a multiple of ", kPanelRows, " rows, not ", begin);
     r.data = static_cast<const uint8_t*>(data) + int64_t(begin / kPanelRows) * panel_stride(pairs, k) * int64_t(dtype_size(dtype));
@@ -122,7 +137,20 @@ WeightMatrix quantize_int8(const WeightMatrix& w) {
   return q;
 }
 
+size_t WeightMatrix::bytes() const {
+  if (quantized()) {
+    size_t b = 0;
+    for (int j = 0; j < nparts; ++j) b += qgemm_matrix_bytes(parts[j].type, parts[j].rows, k);
+    return b;
+  }
+  return size_t(n) * size_t(k) * dtype_size(dtype);
+}
+
 float weight_at(const WeightMatrix& w, int64_t r, int64_t c) {
+  for (int j = 0; j < w.nparts; ++j) {
+    const QuantPart& q = w.parts[j];
+    if (r >= q.row0 && r < q.row0 + q.rows) return qgemm_weight_at(q.type, q.data, w.k, r - q.row0, c);
+  }
   if (w.dtype == DType::I8)
     return float(static_cast<const int8_t*>(w.data)[panel_index(true, w.k, r, c)]) * w.scales[r];
   if (w.panels) return bf16_to_f32(static_cast<const uint16_t*>(w.data)[panel_index(w.pairs, w.k, r, c)]);
@@ -160,6 +188,7 @@ GemmBackend gemm_backend() { return current(); }
 void gemm(const float* x, int m, int64_t ldx, const WeightMatrix& w, float* y, int64_t ldy,
           bool accumulate) {
   if (m <= 0 || w.n <= 0) return;
+  if (w.quantized()) return qgemm(x, m, ldx, w.k, w.parts, w.nparts, y, ldy, accumulate);
   // Panels are read by the kernels of their layout, whatever the backend is now (it may have been
   // switched after loading); pair panels without AVX512-BF16 only by the reference loops.
   if (w.panels && w.pairs) {

@@ -5,11 +5,13 @@
 #include <string>
 
 #include "core/dtype.h"
+#include "kernels/qgemm.h"
 
 namespace dspark {
 
 // A weight matrix W[n, k], row-major with row stride `ld` elements (>= k), or, for bf16, in
-// panels (see below), or int8 in pair panels with one f32 scale per row (see quantize_int8).
+// panels (see below), or int8 in pair panels with one f32 scale per row (see quantize_int8), or in
+// llama.cpp's quantized block formats repacked into panels (`parts`, see qgemm.h).
 struct WeightMatrix {
   DType dtype = DType::F32;  // F32, BF16, or I8 (pair panels only)
   int n = 0;
@@ -19,6 +21,14 @@ struct WeightMatrix {
   bool panels = false;  // bf16 only: `data` holds kPanelRows-row panels, not rows (ld is unused)
   bool pairs = false;   // with panels: the AVX512-BF16 pair layout (see below), else the AVX2 one
   const float* scales = nullptr;  // I8: row r's value is int8 element * scales[r] (one per padded row)
+  // Quantized (nparts > 0, dtype and data unused): rows [parts[j].row0, + parts[j].rows) in the
+  // type and panels of part j; every row0 is a multiple of 16.
+  QuantPart parts[3];
+  int nparts = 0;
+
+  bool quantized() const { return nparts > 0; }
+  // Bytes the kernels read for one product with this matrix.
+  size_t bytes() const;
 
   // A view of rows [begin, begin+count); with panels, begin must be a multiple of kPanelRows.
   WeightMatrix rows(int begin, int count) const;

@@ -23,7 +23,7 @@ struct WeightMatrix {
   const float* scales = nullptr;  // I8: row r's value is int8 element * scales[r] (one per padded row)
   // Quantized (nparts > 0, dtype and data unused): rows [parts[j].row0, + parts[j].rows) in the
   // type and panels of part j; every row0 is a multiple of 16.
-  QuantPart parts[3];
+  QuantPart parts[3] = {};
   int nparts = 0;
 
   bool quantized() const { return nparts > 0; }

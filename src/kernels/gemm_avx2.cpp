@@ -1,7 +1,9 @@
 // AVX2/FMA matrix products for bf16 and f32 weights W[n, k].
 //
 // - bf16 weights packed at load time into 16-row k-major panels (pack_panels): one
-//   broadcast-x outer-product kernel (panel_micro, up to 6 x 16 accumulators) at every m.
+//   broadcast-x outer-product kernel (panel_micro, up to 6 x 16 accumulators) at every m, over
+//   k blocks of kPackKc summed in order into y: each output's summation order is the same at
+//   every m (batch invariance).
 // - f32 weights (the exact mode): a dot-product kernel whose per-output summation order does
 //   not depend on m. A 32-byte load of bf16 rows holds 16 weights; shifting left by 16 yields
 //   the even elements as f32 and masking the low half the odd ones, so x is pre-arranged per
@@ -348,35 +350,6 @@ void panel_micro(const float* x, int64_t ldx, const P* panel, int64_t kc, float*
   for (int i = 0; i < MR; ++i) store_16(y + i * ldy, c0[i], c1[i], cols, store);
 }
 
-// m == 1: one panel streamed with four k-interleaved accumulator pairs (an FMA chain per pair
-// would leave the FMA units waiting on their own latency).
-void panel_single(const float* x, const uint16_t* panel, int64_t K, float* y, int cols, bool store) {
-  __m256 a0[4], a1[4];
-  DSPARK_UNROLL
-  for (int u = 0; u < 4; ++u) a0[u] = a1[u] = _mm256_setzero_ps();
-  int64_t k = 0;
-  for (; k + 4 <= K; k += 4) {
-    DSPARK_UNROLL
-    for (int u = 0; u < 4; ++u) {
-      __m256 b0, b1;
-      load_panel_k(panel + (k + u) * kPanel, b0, b1);
-      const __m256 a = _mm256_broadcast_ss(x + k + u);
-      a0[u] = _mm256_fmadd_ps(a, b0, a0[u]);
-      a1[u] = _mm256_fmadd_ps(a, b1, a1[u]);
-    }
-  }
-  for (; k < K; ++k) {
-    __m256 b0, b1;
-    load_panel_k(panel + k * kPanel, b0, b1);
-    const __m256 a = _mm256_broadcast_ss(x + k);
-    a0[0] = _mm256_fmadd_ps(a, b0, a0[0]);
-    a1[0] = _mm256_fmadd_ps(a, b1, a1[0]);
-  }
-  const __m256 s0 = _mm256_add_ps(_mm256_add_ps(a0[0], a0[1]), _mm256_add_ps(a0[2], a0[3]));
-  const __m256 s1 = _mm256_add_ps(_mm256_add_ps(a1[0], a1[1]), _mm256_add_ps(a1[2], a1[3]));
-  store_16(y, s0, s1, cols, store);
-}
-
 // Rows [i, i+mr) of x against one panel k-range.
 template <typename P>
 void panel_block(int mr, const float* x, int64_t ldx, const P* panel, int64_t kc, float* y, int64_t ldy,
@@ -438,33 +411,36 @@ void gemm_panels(const float* x, int m, int64_t ldx, const WeightMatrix& w, floa
   const int panels = (w.n + kPanel - 1) / kPanel;
   if (m <= kDotMaxRows) {
     // Decode and verification: each panel is read from DRAM once and meets every row of x
-    // while it is in L1/L2; whole k range per pass.
+    // while it is in L1/L2, k block after k block (the prefill path's blocks, so that each output
+    // is summed in the same order at every m: batch invariance).
     const int tasks = (panels + kSmallPanelsPerTask - 1) / kSmallPanelsPerTask;
     parallel_for(tasks, [&](int t) {
       const int p1 = std::min(panels, (t + 1) * kSmallPanelsPerTask);
       for (int p = t * kSmallPanelsPerTask; p < p1; ++p) {
         const int n0 = p * kPanel, cols = std::min(kPanel, w.n - n0);
         const uint16_t* panel = base + int64_t(p) * kPanel * K;
-        if (m == 1) {
-          panel_single(x, panel, K, y + n0, cols, !accumulate);
-          continue;
-        }
         // With several rows of x a panel takes long enough to compute that DRAM would idle
         // unless asked ahead: every block prefetches its share of the next panel, so the next
         // panel streams in at an even rate over the whole of this one's compute.
         const int blocks = m <= 6 ? 1 : m < 12 ? 2 : (m + 5) / 6;
+        const int64_t kblocks = (K + kPackKc - 1) / kPackKc, shares = kblocks * blocks;
         const int64_t panel_lines = int64_t(kPanel) * K * 2 / 64;
-        const char* next = p + 1 < panels ? reinterpret_cast<const char*>(panel + int64_t(kPanel) * K) : nullptr;
-        int b = 0;
-        for (int i = 0; i < m; ++b) {
-          const int mr = block_rows(m - i);
-          Prefetch pf;
-          if (next) {
-            const int64_t l0 = panel_lines * b / blocks, l1 = panel_lines * (b + 1) / blocks;
-            pf = {next + 64 * l0, l1 - l0};
+        const char* next = m > 1 && p + 1 < panels ? reinterpret_cast<const char*>(panel + int64_t(kPanel) * K) : nullptr;
+        for (int64_t k0 = 0, kb = 0; k0 < K; k0 += kPackKc, ++kb) {
+          const int64_t kc = std::min<int64_t>(kPackKc, K - k0);
+          int b = 0;
+          for (int i = 0; i < m; ++b) {
+            const int mr = block_rows(m - i);
+            Prefetch pf;
+            if (next) {
+              const int64_t share = kb * blocks + b;
+              const int64_t l0 = panel_lines * share / shares, l1 = panel_lines * (share + 1) / shares;
+              pf = {next + 64 * l0, l1 - l0};
+            }
+            panel_block(mr, x + i * ldx + k0, ldx, panel + k0 * kPanel, kc, y + i * ldy + n0, ldy, cols,
+                        k0 == 0 && !accumulate, pf);
+            i += mr;
           }
-          panel_block(mr, x + i * ldx, ldx, panel, K, y + i * ldy + n0, ldy, cols, !accumulate, pf);
-          i += mr;
         }
       }
     });

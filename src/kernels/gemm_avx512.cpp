@@ -4,9 +4,14 @@
 // lane: with a pair panel's 64-byte k-pair slice (16 rows x (k, k+1)) and one row of x broadcast
 // as its (x_k, x_k+1) pair, one instruction does 32 multiply-adds, with no widening. The rows of
 // x are rounded to bf16 once per call (round to nearest even), as the matrix units need; the sums
-// stay in f32. Every m runs one broadcast-x outer-product kernel over NP (1 or 2) panels and up
-// to 12 rows of x (24 accumulators of the 32 zmm registers); decode (m = 1) keeps four k-phases in
-// flight instead, so that the adds do not wait on their own latency.
+// stay in f32. Every m runs one broadcast-x outer-product kernel over NP panels (1 or 2; 4 at
+// m = 1, so that four independent chains hide the latency) and up to 12 rows of x (24 accumulators
+// of the 32 zmm registers).
+//
+// Batch invariance: at every m, each output is the sum over k blocks of kKcPairs pairs, in order,
+// of that block's chain of vdpbf16ps from zero (y = block 0, then y += block 1, ...). A row's
+// result therefore does not depend on how many rows the call has, so speculative verification
+// (9 rows) computes exactly what decoding (1 row) does.
 //
 // int8 pair panels (quantize_int8) hold the same layout at one byte per element: a k-pair slice of a
 // panel is 32 bytes, widened to bf16 in registers (exactly: |q| <= 127) before the same
@@ -30,7 +35,7 @@ namespace {
 constexpr int kPanel = kPanelRows;  // W rows per panel: one zmm of f32 outputs
 constexpr int kMaxRows = 12;        // rows of x per register block (2 panels x 12 = 24 accumulators)
 constexpr int kSmallM = 16;         // up to this m, a panel meets every row of x over the whole k range
-constexpr int kSmallPanelsPerTask = 8;
+constexpr int kSmallPanelsPerTask = 8;  // a multiple of 4
 constexpr int64_t kKcPairs = 128;   // prefill: k-pairs per block (2 panels x 128 x 64 B = 16 KiB in L1)
 constexpr int kMc = 96;             // prefill: rows of x per block (96 x 256 x 2 B = 48 KiB in L2)
 constexpr int kPanelsPerTask = 4;   // prefill: panels per task
@@ -96,37 +101,6 @@ void pair_micro(const uint32_t* xp, int64_t ldx, const E* panel, int64_t pstride
       store_out(y + i * ldy + p * kPanel, acc[p][i], p == NP - 1 ? cols_last : kPanel, store, sc ? sc + p * kPanel : nullptr);
 }
 
-// m == 1: four k-phases per panel, summed at the end.
-template <int NP, class E>
-void pair_single(const uint32_t* xp, const E* panel, int64_t pstride, int64_t kp, float* y, int cols_last,
-                 bool store, const float* sc) {
-  __m512 acc[NP][4];
-  DSPARK_UNROLL
-  for (int p = 0; p < NP; ++p)
-    DSPARK_UNROLL
-    for (int u = 0; u < 4; ++u) acc[p][u] = _mm512_setzero_ps();
-  int64_t j = 0;
-  for (; j + 4 <= kp; j += 4) {
-    DSPARK_UNROLL
-    for (int u = 0; u < 4; ++u) {
-      const __m512bh a = (__m512bh)_mm512_set1_epi32(int(xp[j + u]));
-      DSPARK_UNROLL
-      for (int p = 0; p < NP; ++p)
-        acc[p][u] = _mm512_dpbf16_ps(acc[p][u], load_slice(panel + p * pstride + (j + u) * kPanel), a);
-    }
-  }
-  for (; j < kp; ++j) {
-    const __m512bh a = (__m512bh)_mm512_set1_epi32(int(xp[j]));
-    DSPARK_UNROLL
-    for (int p = 0; p < NP; ++p)
-      acc[p][0] = _mm512_dpbf16_ps(acc[p][0], load_slice(panel + p * pstride + j * kPanel), a);
-  }
-  DSPARK_UNROLL
-  for (int p = 0; p < NP; ++p)
-    store_out(y + p * kPanel, _mm512_add_ps(_mm512_add_ps(acc[p][0], acc[p][1]), _mm512_add_ps(acc[p][2], acc[p][3])),
-              p == NP - 1 ? cols_last : kPanel, store, sc ? sc + p * kPanel : nullptr);
-}
-
 template <int NP, class E>
 void pair_block(int mr, const uint32_t* xp, int64_t ldx, const E* panel, int64_t pstride, int64_t kp, float* y,
                 int64_t ldy, int cols_last, bool store, const char* pf, const float* sc) {
@@ -137,6 +111,18 @@ void pair_block(int mr, const uint32_t* xp, int64_t ldx, const E* panel, int64_t
     DSPARK_CASE(6) DSPARK_CASE(5) DSPARK_CASE(4) DSPARK_CASE(3) DSPARK_CASE(2)
 #undef DSPARK_CASE
     default: return pair_micro<1, NP>(xp, ldx, panel, pstride, kp, y, ldy, cols_last, store, pf, sc);
+  }
+}
+
+// One row of x against 1 to 4 panels.
+template <class E>
+void pair_row(int np, const uint32_t* xp, const E* panel, int64_t pstride, int64_t kp, float* y, int cols_last,
+              bool store, const char* pf, const float* sc) {
+  switch (np) {
+    case 4: return pair_micro<1, 4>(xp, 0, panel, pstride, kp, y, 0, cols_last, store, pf, sc);
+    case 3: return pair_micro<1, 3>(xp, 0, panel, pstride, kp, y, 0, cols_last, store, pf, sc);
+    case 2: return pair_micro<1, 2>(xp, 0, panel, pstride, kp, y, 0, cols_last, store, pf, sc);
+    default: return pair_micro<1, 1>(xp, 0, panel, pstride, kp, y, 0, cols_last, store, pf, sc);
   }
 }
 
@@ -185,8 +171,7 @@ void gemm_pairs(const float* x, int m, int64_t ldx, const WeightMatrix& w, float
       const uint32_t* xr = xp + i * ldxp + j0;
       float* yr = y + i * ldy + n0;
       if (i1 - i0 == 1) {
-        if (np == 2) pair_single<2>(xr, panel, pstride, jn, yr, cols_last, store, sc);
-        else pair_single<1>(xr, panel, pstride, jn, yr, cols_last, store, sc);
+        pair_row(np, xr, panel, pstride, jn, yr, cols_last, store, pf, sc);
       } else if (np == 2) {
         pair_block<2>(mr, xr, ldxp, panel, pstride, jn, yr, ldy, cols_last, store, i == i0 ? pf : nullptr, sc);
       } else {
@@ -196,15 +181,20 @@ void gemm_pairs(const float* x, int m, int64_t ldx, const WeightMatrix& w, float
     }
   };
   if (m <= kSmallM) {
-    // Decode and verification: each pair of panels is read once, over the whole k range, and meets
-    // every row of x; with several rows the first block prefetches the next pair of panels.
+    // Decode and verification: each group of panels (2, or 4 for one row) is read once, k block
+    // after k block, and meets every row of x; with several rows the first block prefetches the
+    // next group.
+    const int group = m == 1 ? 4 : 2;
     const int tasks = (panels + kSmallPanelsPerTask - 1) / kSmallPanelsPerTask;
     parallel_for(tasks, [&](int t) {
       const int p1 = std::min(panels, (t + 1) * kSmallPanelsPerTask);
-      for (int p = t * kSmallPanelsPerTask; p < p1; p += 2) {
-        const int np = std::min(2, p1 - p);
-        const char* pf = m > 1 && p + np < panels ? reinterpret_cast<const char*>(base + int64_t(p + np) * pstride) : nullptr;
-        run(p, np, 0, m, 0, kp, !accumulate, pf);
+      for (int p = t * kSmallPanelsPerTask; p < p1; p += group) {
+        const int np = std::min(group, p1 - p);
+        const E* next = m > 1 && p + np < panels ? base + int64_t(p + np) * pstride : nullptr;
+        for (int64_t j0 = 0; j0 < kp; j0 += kKcPairs) {
+          const char* pf = next ? reinterpret_cast<const char*>(next + j0 * kPanel) : nullptr;
+          run(p, np, 0, m, j0, std::min(kKcPairs, kp - j0), j0 == 0 && !accumulate, pf);
+        }
       }
     });
     return;

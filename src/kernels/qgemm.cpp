@@ -27,6 +27,7 @@ Layout layout(GgmlType t) {
   switch (t) {
     case GgmlType::Q8_0: return {1, 32, 512};
     case GgmlType::Q4_0: return {1, 32, 256};
+    case GgmlType::Q5_0: return {1, 32, 320};
     case GgmlType::Q4_K: return {8, 320, 256};
     case GgmlType::Q6_K: return {8, 288, 384};
     default: fail("internal: no quantized kernel for ", ggml_type_name(t));
@@ -56,6 +57,7 @@ int tile_code(GgmlType t, const uint8_t* tile, int r, int c) {
   if (t == GgmlType::Q8_0) return int8_t(tile[s * 64 + j]);
   const uint8_t nib = tile[(s % 4) * 64 + j];
   int q = s < 4 ? nib & 0xF : nib >> 4;
+  if (t == GgmlType::Q5_0) q |= ((tile[256 + j] >> s) & 1) << 4;
   if (t == GgmlType::Q6_K) q |= ((tile[256 + (s / 4) * 64 + j] >> (2 * (s % 4))) & 3) << 4;
   return q;
 }
@@ -68,6 +70,7 @@ void set_tile_code(GgmlType t, uint8_t* tile, int r, int c, int q) {
   }
   uint8_t& nib = tile[(s % 4) * 64 + j];
   nib = uint8_t(s < 4 ? (nib & 0xF0) | (q & 0xF) : (nib & 0x0F) | ((q & 0xF) << 4));
+  if (t == GgmlType::Q5_0) tile[256 + j] |= uint8_t(((q >> 4) & 1) << s);
   if (t == GgmlType::Q6_K) tile[256 + (s / 4) * 64 + j] |= uint8_t(((q >> 4) & 3) << (2 * (s % 4)));
 }
 
@@ -87,6 +90,16 @@ void pack_superblock(GgmlType t, const uint8_t* src, int r, uint8_t* dst) {
         set_tile_code(t, dst + L.header, r, c + 16, src[2 + c] >> 4);
       }
       return;
+    case GgmlType::Q5_0: {
+      put16(0, u16(src));
+      uint32_t qh;
+      std::memcpy(&qh, src + 2, 4);
+      for (int c = 0; c < 16; ++c) {
+        set_tile_code(t, dst + L.header, r, c, (src[6 + c] & 0xF) | int(((qh >> c) & 1u) << 4));
+        set_tile_code(t, dst + L.header, r, c + 16, (src[6 + c] >> 4) | int(((qh >> (c + 16)) & 1u) << 4));
+      }
+      return;
+    }
     case GgmlType::Q4_K: {
       put16(0, u16(src));
       put16(32, u16(src + 2));
@@ -135,12 +148,20 @@ float tile_scale(GgmlType t, const uint8_t* sb, int tile_i, int half, int r) {
 float tile_min(const uint8_t* sb, int tile_i, int r) {
   return f16_to_f32(u16(sb + 32 + 2 * r)) * float(sb[192 + 16 * tile_i + r]);
 }
-int code_offset(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_K ? 0 : t == GgmlType::Q4_0 ? 8 : 32; }
+int code_offset(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return 8;
+    case GgmlType::Q5_0: return 16;
+    case GgmlType::Q6_K: return 32;
+    default: return 0;
+  }
+}
 
 }  // namespace
 
 bool qgemm_supports(GgmlType t) {
-  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q6_K;
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_K ||
+         t == GgmlType::Q6_K;
 }
 
 int64_t qgemm_superblock(GgmlType t) { return layout(t).tiles * 32; }

@@ -1,5 +1,5 @@
-// Matrix products with weights held in llama.cpp's quantized block formats (Q8_0, Q4_0, Q4_K,
-// Q6_K), repacked at load time into 16-row panels whose codes feed integer dot-product
+// Matrix products with weights held in llama.cpp's quantized block formats (Q8_0, Q4_0, Q5_0,
+// Q4_K, Q6_K), repacked at load time into 16-row panels whose codes feed integer dot-product
 // instructions directly.
 //
 // Activations are quantized per call, per row, to int8 in blocks of 32 (scale max|x| / 127, round
@@ -19,6 +19,8 @@
 //   Q8_0 (544 B):  f16 d[16]; tile: 8 slices of int8 codes.
 //   Q4_0 (288 B):  f16 d[16]; tile: 4 x 64 bytes, byte j of vector v holding slice v's code in its
 //                  low nibble and slice v+4's in its high nibble (codes 0..15, weight d * (q - 8)).
+//   Q5_0 (352 B):  f16 d[16]; tile: nibbles as Q4_0, then 64 bytes whose byte j holds bit 4 of
+//                  slice s's code j in its bit s (codes 0..31, weight d * (q - 16)).
 //   Q4_K (2368 B): f16 d[16], f16 dmin[16], u8 sc[8][16], u8 m[8][16]; 8 tiles as Q4_0
 //                  (weight d * sc_j * q - dmin * m_j for tile j).
 //   Q6_K (3360 B): f16 d[16], int8 sc[16][16] (one per 16 weights); 8 tiles of 384 bytes: the low
@@ -35,7 +37,8 @@ namespace dspark {
 
 constexpr int kQPanelRows = 16;
 
-// Whether matrices of type t can be held quantized for the kernels below (Q8_0, Q4_0, Q4_K, Q6_K).
+// Whether matrices of type t can be held quantized for the kernels below (Q8_0, Q4_0, Q5_0, Q4_K,
+// Q6_K).
 bool qgemm_supports(GgmlType t);
 // Weights per superblock of type t (32 or 256): a matrix's k must be a multiple.
 int64_t qgemm_superblock(GgmlType t);

@@ -56,7 +56,7 @@ void half_rows(const uint8_t* panel, int64_t nsb, int half, const QActBlock* xq,
     tot[i] = accumulate ? _mm256_maskload_ps(y + i * ldy, mask) : _mm256_setzero_ps();
   constexpr int kTiles = (T == GgmlType::Q4_K || T == GgmlType::Q6_K) ? 8 : 1;
   constexpr int kHeader = T == GgmlType::Q4_K ? 320 : T == GgmlType::Q6_K ? 288 : 32;
-  constexpr int kTile = T == GgmlType::Q8_0 ? 512 : T == GgmlType::Q6_K ? 384 : 256;
+  constexpr int kTile = T == GgmlType::Q8_0 ? 512 : T == GgmlType::Q6_K ? 384 : T == GgmlType::Q5_0 ? 320 : 256;
   constexpr int64_t kSb = kHeader + kTiles * kTile;
   const int hb = 32 * half;  // byte offset of this half in a 64-byte slice
   const __m256i lo = _mm256_set1_epi8(0x0F);
@@ -84,6 +84,13 @@ void half_rows(const uint8_t* panel, int64_t nsb, int half, const QActBlock* xq,
             a = _mm256_or_si256(a, _mm256_and_si256(h0, m));
             c = _mm256_or_si256(c, _mm256_and_si256(h1, m));
           }
+          if constexpr (T == GgmlType::Q5_0) {
+            const __m256i bits = ld(tile + 256 + hb), m = _mm256_set1_epi8(0x10);
+            const __m256i ha = _mm256_slli_epi16(bits, 4 - v);  // slice v's bit v -> bit 4
+            const __m256i hc = _mm256_srli_epi16(bits, v);      // slice v+4's bit v+4 -> bit 4
+            a = _mm256_or_si256(a, _mm256_and_si256(ha, m));
+            c = _mm256_or_si256(c, _mm256_and_si256(hc, m));
+          }
           _mm256_store_si256(reinterpret_cast<__m256i*>(codes[v]), a);
           _mm256_store_si256(reinterpret_cast<__m256i*>(codes[v + 4]), c);
         }
@@ -110,7 +117,7 @@ void half_rows(const uint8_t* panel, int64_t nsb, int half, const QActBlock* xq,
         }
       } else {
         constexpr bool kSigned = T == GgmlType::Q8_0;
-        constexpr int kOff = kSigned ? 0 : 8;
+        constexpr int kOff = kSigned ? 0 : T == GgmlType::Q5_0 ? 16 : 8;
         for (int i = 0; i < MR; ++i) {
           const QActBlock& a = xq[i * nb + b];
           const __m256i acc = dot<kSigned>(_mm256_set1_epi32(-kOff * a.sum), codes, tile + hb, a.q, 0, 8);
@@ -160,6 +167,7 @@ void qpanels_avx2(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p
   switch (t) {
     case GgmlType::Q8_0: return run<GgmlType::Q8_0>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
     case GgmlType::Q4_0: return run<GgmlType::Q4_0>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
+    case GgmlType::Q5_0: return run<GgmlType::Q5_0>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
     case GgmlType::Q4_K: return run<GgmlType::Q4_K>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
     case GgmlType::Q6_K: return run<GgmlType::Q6_K>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
     default: return qpanels_reference(t, panels, n, k, p0, p1, xq, m, y, ldy, accumulate);

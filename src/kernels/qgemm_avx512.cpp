@@ -5,7 +5,8 @@
 // against int8 activations broadcast from their block) give the exact integer sums of the 16 rows,
 // and one or two fused multiply-adds fold them into the row's 16 f32 outputs. The outputs of up to
 // 16 rows stay in registers over the whole k range. Q8_0's signed codes are biased by 128 (xor
-// 0x80) and the bias removed with the activation block's code sum, as the other types' offsets.
+// 0x80) and the bias removed with the activation block's code sum, as the other types' offsets
+// (Q4_0's 8, Q5_0's 16, Q6_K's 32).
 //
 // Built with AVX-512 flags; only called where the CPU has AVX512F/BW/VL/VNNI, F16C and FMA.
 #include <immintrin.h>
@@ -69,7 +70,7 @@ void panel_rows(const uint8_t* panel, int64_t nsb, const QActBlock* xq, int64_t 
   for (int i = 0; i < MR; ++i) tot[i] = accumulate ? _mm512_maskz_loadu_ps(mk, y + i * ldy) : _mm512_setzero_ps();
   constexpr int kTiles = (T == GgmlType::Q4_K || T == GgmlType::Q6_K) ? 8 : 1;
   constexpr int kHeader = T == GgmlType::Q4_K ? 320 : T == GgmlType::Q6_K ? 288 : 32;
-  constexpr int kTile = T == GgmlType::Q8_0 ? 512 : T == GgmlType::Q6_K ? 384 : 256;
+  constexpr int kTile = T == GgmlType::Q8_0 ? 512 : T == GgmlType::Q6_K ? 384 : T == GgmlType::Q5_0 ? 320 : 256;
   constexpr int64_t kSb = kHeader + kTiles * kTile;
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* h = panel + sb * kSb;
@@ -86,6 +87,17 @@ void panel_rows(const uint8_t* panel, int64_t nsb, const QActBlock* xq, int64_t 
         for (int j = 0; j < 8; ++j) s[j] = _mm512_xor_si512(ld(tile + 64 * j), bias);
       } else {
         nibbles(tile, s);
+      }
+      if constexpr (T == GgmlType::Q5_0) {
+        const __m512i hb = ld(tile + 256), m = _mm512_set1_epi8(0x10);
+        s[0] = _mm512_or_si512(s[0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m));
+        s[1] = _mm512_or_si512(s[1], _mm512_and_si512(_mm512_slli_epi16(hb, 3), m));
+        s[2] = _mm512_or_si512(s[2], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m));
+        s[3] = _mm512_or_si512(s[3], _mm512_and_si512(_mm512_slli_epi16(hb, 1), m));
+        s[4] = _mm512_or_si512(s[4], _mm512_and_si512(hb, m));
+        s[5] = _mm512_or_si512(s[5], _mm512_and_si512(_mm512_srli_epi16(hb, 1), m));
+        s[6] = _mm512_or_si512(s[6], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m));
+        s[7] = _mm512_or_si512(s[7], _mm512_and_si512(_mm512_srli_epi16(hb, 3), m));
       }
       if constexpr (T == GgmlType::Q6_K) {
         const __m512i c0 = ld(tile + 256), c1 = ld(tile + 320);
@@ -121,7 +133,7 @@ void panel_rows(const uint8_t* panel, int64_t nsb, const QActBlock* xq, int64_t 
           tot[i] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(a.dsum), tot[i]);
         }
       } else {
-        constexpr int kOff = T == GgmlType::Q8_0 ? 128 : 8;
+        constexpr int kOff = T == GgmlType::Q8_0 ? 128 : T == GgmlType::Q5_0 ? 16 : 8;
         DSPARK_UNROLL
         for (int i = 0; i < MR; ++i) {
           const QActBlock& a = xq[i * nb + b];
@@ -174,6 +186,7 @@ void qpanels_avx512vnni(GgmlType t, const uint8_t* panels, int64_t n, int64_t k,
   switch (t) {
     case GgmlType::Q8_0: return run<GgmlType::Q8_0>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
     case GgmlType::Q4_0: return run<GgmlType::Q4_0>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
+    case GgmlType::Q5_0: return run<GgmlType::Q5_0>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
     case GgmlType::Q4_K: return run<GgmlType::Q4_K>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
     case GgmlType::Q6_K: return run<GgmlType::Q6_K>(panels, n, k, p0, p1, xq, m, y, ldy, accumulate);
     default: return qpanels_reference(t, panels, n, k, p0, p1, xq, m, y, ldy, accumulate);

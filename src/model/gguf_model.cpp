@@ -137,8 +137,41 @@ class GgufSource : public WeightSource {
   }
   std::string describe() const override { return f_->path(); }
 
+  std::optional<GgmlType> block_type(const std::string& name, const std::vector<int64_t>& shape) const override {
+    const GgufTensor* t = tensor(name, shape);
+    if (shape.size() != 2 || t->type == GgmlType::F32 || t->type == GgmlType::F16 || t->type == GgmlType::BF16)
+      return std::nullopt;
+    return t->type;
+  }
+
+  void read_blocks(const std::string& name, const std::vector<int64_t>& shape, uint8_t* dst) const override {
+    const GgufTensor* t = tensor(name, shape);
+    const size_t row_bytes = ggml_row_bytes(t->type, t->ne[0]);
+    const int64_t rows = t->rows();
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(dst + size_t(r) * row_bytes, t->data + size_t(source_row(name, r, rows)) * row_bytes, row_bytes);
+  }
+
   void read(const std::string& name, const std::vector<int64_t>& shape, DType dst_dtype, void* dst,
             int64_t dst_ld) const override {
+    const GgufTensor* t = tensor(name, shape);
+    const int64_t cols = t->ne[0], rows = t->rows();
+    const size_t row_bytes = ggml_row_bytes(t->type, cols), dst_esz = dtype_size(dst_dtype);
+    const int64_t chunk = 64;
+    parallel_for(int((rows + chunk - 1) / chunk), [&](int task) {
+      std::vector<float> tmp(static_cast<size_t>(cols));
+      for (int64_t r = task * chunk; r < std::min(rows, (task + 1) * chunk); ++r) {
+        dequantize_row(t->type, t->data + size_t(source_row(name, r, rows)) * row_bytes, tmp.data(), cols);
+        uint8_t* d = static_cast<uint8_t*>(dst) + size_t(r * dst_ld) * dst_esz;
+        if (dst_dtype == DType::BF16) convert_f32_to_bf16(tmp.data(), reinterpret_cast<uint16_t*>(d), size_t(cols));
+        else std::memcpy(d, tmp.data(), size_t(cols) * 4);
+      }
+    });
+  }
+
+ private:
+  // The GGUF tensor of HF tensor `name`, checked against `shape` (HF order).
+  const GgufTensor* tensor(const std::string& name, const std::vector<int64_t>& shape) const {
     const std::string g = gguf_tensor_name(name);
     const GgufTensor* t = g.empty() ? nullptr : f_->tensor(g);
     if (!t) fail(f_->path(), ": missing tensor '", g.empty() ? name : g, "' (", name, ")");
@@ -148,29 +181,18 @@ class GgufSource : public WeightSource {
       expected.ne = want;
       fail(f_->path(), ": tensor '", g, "' has shape ", t->shape_str(), ", expected ", expected.shape_str());
     }
-    const int64_t cols = t->ne[0], rows = t->rows();
-    const size_t row_bytes = ggml_row_bytes(t->type, cols), dst_esz = dtype_size(dst_dtype);
-    const int heads = permuted_heads(name);
-    const int64_t head_rows = heads ? rows / heads : 0;
-    const int64_t chunk = 64;
-    parallel_for(int((rows + chunk - 1) / chunk), [&](int task) {
-      std::vector<float> tmp(static_cast<size_t>(cols));
-      for (int64_t r = task * chunk; r < std::min(rows, (task + 1) * chunk); ++r) {
-        // HF row r of a permuted head: (head h, half t, index j) sits at GGUF row h, j, t.
-        int64_t src_row = r;
-        if (heads) {
-          const int64_t h = r / head_rows, i = r % head_rows, half = head_rows / 2;
-          src_row = h * head_rows + (i % half) * 2 + i / half;
-        }
-        dequantize_row(t->type, t->data + size_t(src_row) * row_bytes, tmp.data(), cols);
-        uint8_t* d = static_cast<uint8_t*>(dst) + size_t(r * dst_ld) * dst_esz;
-        if (dst_dtype == DType::BF16) convert_f32_to_bf16(tmp.data(), reinterpret_cast<uint16_t*>(d), size_t(cols));
-        else std::memcpy(d, tmp.data(), size_t(cols) * 4);
-      }
-    });
+    return t;
   }
 
- private:
+  // The file row holding HF row r: llama.cpp's converter interleaves the rows of each head of
+  // Llama's q_proj and k_proj, so HF row (head h, half t, index j) sits at file row h, j, t.
+  int64_t source_row(const std::string& name, int64_t r, int64_t rows) const {
+    const int heads = permuted_heads(name);
+    if (!heads) return r;
+    const int64_t head_rows = rows / heads, h = r / head_rows, i = r % head_rows, half = head_rows / 2;
+    return h * head_rows + (i % half) * 2 + i / half;
+  }
+
   // Llama's q_proj and k_proj rows are interleaved per head by llama.cpp's converter; the number
   // of heads to undo it over, or 0.
   int permuted_heads(const std::string& name) const {

@@ -87,11 +87,13 @@ std::unique_ptr<Model> Model::build(const ModelConfig& cfg, const WeightSource& 
   m->embed_ = a.matrix(src, "model.embed_tokens.weight", V, H);
   for (int i = 0; i < cfg.num_layers; ++i) m->layers_.push_back(load_decoder_layer(src, layer_prefix(i), cfg, a, H));
   m->final_norm_ = a.vector(src, "model.norm.weight", H);
+  // A tied lm_head held quantized reads the embedding's blocks again (the kernels' layout); else
+  // it is a panel-packed copy of the embedding rows.
   if (cfg.tie_word_embeddings) {
-    m->lm_head_ = a.packed_copy(m->embed_);
+    const std::vector<std::pair<std::string, int64_t>> embed{{"model.embed_tokens.weight", V}};
+    m->lm_head_ = a.holds_quantized(src, embed, H) ? a.stacked(src, embed, H) : a.packed_copy(m->embed_);
   } else {
-    m->lm_head_ = a.matrix(src, "lm_head.weight", V, H);
-    a.pack(m->lm_head_);
+    m->lm_head_ = a.stacked(src, {{"lm_head.weight", V}}, H);
   }
   m->inv_freq_ = cfg.rope_inv_freq();
   return m;

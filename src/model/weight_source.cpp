@@ -61,30 +61,55 @@ class QuantizingSource : public WeightSource {
   std::vector<std::string> names() const override { return inner_.names(); }
   std::string describe() const override { return inner_.describe() + " quantized to " + ggml_type_name(type_); }
 
-  void read(const std::string& name, const std::vector<int64_t>& shape, DType dst_dtype, void* dst,
-            int64_t dst_ld) const override {
-    if (shape.size() != 2) return inner_.read(name, shape, dst_dtype, dst, dst_ld);
+  std::optional<GgmlType> block_type(const std::string& name, const std::vector<int64_t>& shape) const override {
+    if (shape.size() != 2) return std::nullopt;
+    const GgmlType t = type_for(name, shape[1]);
+    if (chosen_) (*chosen_)[name] = t;
+    return t;
+  }
+
+  void read_blocks(const std::string& name, const std::vector<int64_t>& shape, uint8_t* dst) const override {
+    if (shape.size() != 2) fail("internal: only matrices are quantized");
     const int64_t rows = shape[0], cols = shape[1];
-    const bool k_quant = type_ == GgmlType::Q4_K;
-    GgmlType t = k_quant && cols % 256 != 0 ? GgmlType::Q5_0 : type_;
-    if (cols % 32 != 0) fail(inner_.describe(), ": tensor '", name, "' has rows of ", cols,
-                             " weights, not a multiple of 32: it cannot be quantized to ", ggml_type_name(t));
+    const GgmlType t = type_for(name, cols);
     std::vector<float> full(size_t(rows * cols));
     inner_.read(name, shape, DType::F32, full.data(), cols);
-    const size_t dst_esz = dtype_size(dst_dtype), row_bytes = ggml_row_bytes(t, cols);
+    const size_t row_bytes = ggml_row_bytes(t, cols);
     parallel_for(int((rows + 63) / 64), [&](int task) {
-      std::vector<uint8_t> blocks(row_bytes);
-      std::vector<float> back(static_cast<size_t>(cols));
-      for (int64_t r = task * 64; r < std::min(rows, int64_t(task + 1) * 64); ++r) {
-        quantize_row(t, full.data() + size_t(r * cols), blocks.data(), cols);
-        dequantize_row(t, blocks.data(), back.data(), cols);
-        store_row(back.data(), cols, dst_dtype, static_cast<uint8_t*>(dst) + size_t(r * dst_ld) * dst_esz);
-      }
+      for (int64_t r = task * 64; r < std::min(rows, int64_t(task + 1) * 64); ++r)
+        quantize_row(t, full.data() + size_t(r * cols), dst + size_t(r) * row_bytes, cols);
     });
     if (chosen_) (*chosen_)[name] = t;
   }
 
+  void read(const std::string& name, const std::vector<int64_t>& shape, DType dst_dtype, void* dst,
+            int64_t dst_ld) const override {
+    if (shape.size() != 2) return inner_.read(name, shape, dst_dtype, dst, dst_ld);
+    const int64_t rows = shape[0], cols = shape[1];
+    const GgmlType t = type_for(name, cols);
+    std::vector<uint8_t> blocks(ggml_row_bytes(t, cols) * size_t(rows));
+    read_blocks(name, shape, blocks.data());
+    const size_t dst_esz = dtype_size(dst_dtype), row_bytes = ggml_row_bytes(t, cols);
+    parallel_for(int((rows + 63) / 64), [&](int task) {
+      std::vector<float> back(static_cast<size_t>(cols));
+      for (int64_t r = task * 64; r < std::min(rows, int64_t(task + 1) * 64); ++r) {
+        dequantize_row(t, blocks.data() + size_t(r) * row_bytes, back.data(), cols);
+        store_row(back.data(), cols, dst_dtype, static_cast<uint8_t*>(dst) + size_t(r * dst_ld) * dst_esz);
+      }
+    });
+  }
+
  private:
+  // The type a matrix with rows of `cols` weights is quantized to: a K-quant falls back to Q5_0
+  // (as llama-quantize does) where the rows are not whole superblocks of 256.
+  GgmlType type_for(const std::string& name, int64_t cols) const {
+    const GgmlType t = type_ == GgmlType::Q4_K && cols % 256 != 0 ? GgmlType::Q5_0 : type_;
+    if (cols % 32 != 0)
+      fail(inner_.describe(), ": tensor '", name, "' has rows of ", cols, " weights, not a multiple of 32: it cannot be quantized to ",
+           ggml_type_name(t));
+    return t;
+  }
+
   const WeightSource& inner_;
   GgmlType type_;
   std::map<std::string, GgmlType>* chosen_;

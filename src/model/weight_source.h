@@ -3,11 +3,13 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/gguf.h"
 #include "core/safetensors.h"
 
@@ -23,6 +25,19 @@ class WeightSource {
                     int64_t dst_ld) const = 0;
   virtual std::vector<std::string> names() const = 0;
   virtual std::string describe() const = 0;
+  // The ggml block type matrix `name` of `shape` ([rows, cols]) has when the source holds it
+  // quantized (a quantized GGUF tensor, or a matrix quantized on load), else nullopt (read() is
+  // then the only way in).
+  virtual std::optional<GgmlType> block_type(const std::string& name, const std::vector<int64_t>& shape) const {
+    (void)name, (void)shape;
+    return std::nullopt;
+  }
+  // The blocks of such a matrix, checked against `shape`: rows in HF order, each
+  // ggml_row_bytes(type, cols) bytes, written to dst.
+  virtual void read_blocks(const std::string& name, const std::vector<int64_t>& shape, uint8_t* dst) const {
+    (void)shape, (void)dst;
+    fail(describe(), ": tensor '", name, "' is not held in quantized blocks");
+  }
 };
 
 // Tensors of an HF safetensors directory (or a single file).

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "kernels/qgemm.h"
 
 namespace dspark {
 
@@ -38,8 +39,59 @@ WeightMatrix WeightArena::matrix(const WeightSource& src, const std::string& nam
   return w;
 }
 
+bool WeightArena::holds_quantized(const WeightSource& src, const std::vector<std::pair<std::string, int64_t>>& parts,
+                                  int64_t cols) const {
+  if (dtype_ != DType::BF16 || parts.size() > 3) return false;
+  int64_t rows = 0;
+  for (const auto& [name, n] : parts) {
+    const std::optional<GgmlType> t = src.block_type(name, {n, cols});
+    if (!t || !qgemm_supports(*t) || cols % qgemm_superblock(*t) != 0 || rows % kQPanelRows != 0) return false;
+    rows += n;
+  }
+  return true;
+}
+
+WeightMatrix WeightArena::stacked(const WeightSource& src, const std::vector<std::pair<std::string, int64_t>>& parts,
+                                  int64_t cols, bool pack_it) {
+  int64_t rows = 0;
+  for (const auto& part : parts) rows += part.second;
+  if (!holds_quantized(src, parts, cols)) {
+    WeightMatrix w = take(rows, cols);
+    int64_t r0 = 0;
+    for (const auto& [name, n] : parts) {
+      fill(src, name, w, r0, n);
+      r0 += n;
+    }
+    if (pack_it) pack(w);
+    return w;
+  }
+  WeightMatrix w;
+  w.dtype = DType::U8;
+  w.n = int(rows);
+  w.k = int(cols);
+  w.ld = cols;
+  std::vector<uint8_t> blocks;
+  int64_t r0 = 0;
+  for (size_t j = 0; j < parts.size(); ++j) {
+    const auto& [name, n] = parts[j];
+    const GgmlType type = *src.block_type(name, {n, cols});
+    const size_t bytes = align64(qgemm_matrix_bytes(type, n, cols));
+    if (used_ + bytes > matrices_.bytes()) fail("internal: weight arena too small");
+    auto* dst = static_cast<uint8_t*>(matrices_.data()) + used_;
+    used_ += bytes;
+    blocks.resize(ggml_row_bytes(type, cols) * size_t(n));
+    src.read_blocks(name, {n, cols}, blocks.data());
+    qgemm_pack(type, blocks.data(), n, cols, dst);
+    w.parts[j] = QuantPart{type, int(r0), int(n), dst};
+    r0 += n;
+  }
+  w.nparts = int(parts.size());
+  if (!w.data) w.data = w.parts[0].data;
+  return w;
+}
+
 void WeightArena::pack(WeightMatrix& w) {
-  if (w.dtype == DType::BF16 && !w.panels && gemm_wants_panels()) w = pack_panels(w, const_cast<void*>(w.data));
+  if (!w.quantized() && w.dtype == DType::BF16 && !w.panels && gemm_wants_panels()) w = pack_panels(w, const_cast<void*>(w.data));
 }
 
 WeightMatrix WeightArena::row_copy(const WeightMatrix& w, std::span<const int32_t> rows) {
@@ -58,7 +110,7 @@ WeightMatrix WeightArena::row_copy(const WeightMatrix& w, std::span<const int32_
 }
 
 WeightMatrix WeightArena::packed_copy(const WeightMatrix& w) {
-  if (w.dtype != DType::BF16 || w.panels || !gemm_wants_panels()) return w;
+  if (w.quantized() || w.dtype != DType::BF16 || w.panels || !gemm_wants_panels()) return w;
   WeightMatrix dst = take(w.n, w.k);
   return pack_panels(w, const_cast<void*>(dst.data));
 }
@@ -99,21 +151,13 @@ LayerWeights load_decoder_layer(const WeightSource& src, const std::string& p, c
                                 int64_t in) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, q = c.q_dim(), kv = c.kv_dim();
   LayerWeights L;
-  L.qkv = arena.take(q + 2 * kv, in);
-  arena.fill(src, p + "self_attn.q_proj.weight", L.qkv, 0, q);
-  arena.fill(src, p + "self_attn.k_proj.weight", L.qkv, q, kv);
-  arena.fill(src, p + "self_attn.v_proj.weight", L.qkv, q + kv, kv);
-  L.o = arena.matrix(src, p + "self_attn.o_proj.weight", H, q);
-  L.gate_up = arena.take(2 * I, H);
-  arena.fill(src, p + "mlp.gate_proj.weight", L.gate_up, 0, I);
-  arena.fill(src, p + "mlp.up_proj.weight", L.gate_up, I, I);
-  L.down = arena.matrix(src, p + "mlp.down_proj.weight", H, I);
   // The K/V rows of qkv are also used on their own (a view from row q), which panels allow
   // only at a multiple of 16 rows.
-  if (q % kPanelRows == 0) arena.pack(L.qkv);
-  arena.pack(L.o);
-  arena.pack(L.gate_up);
-  arena.pack(L.down);
+  L.qkv = arena.stacked(src, {{p + "self_attn.q_proj.weight", q}, {p + "self_attn.k_proj.weight", kv},
+                              {p + "self_attn.v_proj.weight", kv}}, in, q % kPanelRows == 0);
+  L.o = arena.stacked(src, {{p + "self_attn.o_proj.weight", H}}, q);
+  L.gate_up = arena.stacked(src, {{p + "mlp.gate_proj.weight", I}, {p + "mlp.up_proj.weight", I}}, H);
+  L.down = arena.stacked(src, {{p + "mlp.down_proj.weight", H}}, I);
   L.attn_norm = arena.vector(src, p + "input_layernorm.weight", H);
   L.mlp_norm = arena.vector(src, p + "post_attention_layernorm.weight", H);
   if (c.qk_norm) {

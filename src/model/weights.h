@@ -39,6 +39,16 @@ class WeightArena {
   // Reads tensor `name` of shape [rows, cols] into rows [row0, row0+rows) of w.
   void fill(const WeightSource& src, const std::string& name, WeightMatrix& w, int64_t row0, int64_t rows);
   WeightMatrix matrix(const WeightSource& src, const std::string& name, int64_t rows, int64_t cols);
+  // A matrix of `cols` columns stacked from tensors (name, rows), in order, ready for gemm(). In a
+  // bf16 arena it is held in the source's quantized blocks (kernels/qgemm.h) when every part is
+  // quantized in a type the kernels read (qgemm_supports), `cols` is whole superblocks and every
+  // part starts at a multiple of 16 rows; otherwise in the arena's dtype, packed as pack() does
+  // when `pack` is set.
+  WeightMatrix stacked(const WeightSource& src, const std::vector<std::pair<std::string, int64_t>>& parts, int64_t cols,
+                       bool pack = true);
+  // Whether stacked() holds these parts quantized.
+  bool holds_quantized(const WeightSource& src, const std::vector<std::pair<std::string, int64_t>>& parts,
+                       int64_t cols) const;
   // Repacks a filled matrix of this arena in place into the panel layout the AVX2 kernels read
   // fastest, when it is bf16 and the current gemm backend wants panels (see gemm_wants_panels).
   // Not for matrices whose rows are read directly (embeddings).

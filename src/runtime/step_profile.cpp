@@ -169,14 +169,12 @@ double profile_prefill(const Model& model, int tokens, int chunk, DType kv_dtype
 
 size_t streamed_weight_bytes(const Model& model) {
   const ModelConfig& c = model.config();
-  const size_t esz = dtype_size(model.dtype());
   size_t n = 0;
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerWeights& L = model.layer(l);
-    for (const WeightMatrix* w : {&L.qkv, &L.o, &L.gate_up, &L.down}) n += size_t(w->n) * size_t(w->k);
+    for (const WeightMatrix* w : {&L.qkv, &L.o, &L.gate_up, &L.down}) n += w->bytes();
   }
-  n += size_t(c.vocab_size) * size_t(c.hidden_size);
-  return n * esz;
+  return n + model.lm_head().bytes();
 }
 
 double measure_read_bandwidth(size_t bytes) {

@@ -17,7 +17,7 @@
 namespace dspark {
 namespace {
 
-const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q6_K};
+const GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K};
 
 // n random rows of k weights in type t: random code bytes with scales of a sane size.
 std::vector<uint8_t> random_rows(GgmlType t, int64_t n, int64_t k, uint32_t seed) {
@@ -26,7 +26,7 @@ std::vector<uint8_t> random_rows(GgmlType t, int64_t n, int64_t k, uint32_t seed
   std::vector<uint8_t> b(rb * size_t(n));
   for (auto& v : b) v = uint8_t(rng());
   std::uniform_real_distribution<float> scale(0.0005f, 0.004f);
-  const size_t block = t == GgmlType::Q8_0 ? 34 : t == GgmlType::Q4_0 ? 18 : t == GgmlType::Q4_K ? 144 : 210;
+  const size_t block = t == GgmlType::Q8_0 ? 34 : t == GgmlType::Q4_0 ? 18 : t == GgmlType::Q5_0 ? 22 : t == GgmlType::Q4_K ? 144 : 210;
   const size_t d_at = t == GgmlType::Q6_K ? 208 : 0;
   for (size_t o = 0; o < b.size(); o += block) {
     const uint16_t d = f32_to_f16(scale(rng) * (rng() % 2 ? 1.f : -1.f));

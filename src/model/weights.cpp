@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "kernels/qgemm.h"
@@ -39,9 +40,19 @@ WeightMatrix WeightArena::matrix(const WeightSource& src, const std::string& nam
   return w;
 }
 
+bool quantized_kernels_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("DSPARK_QUANTIZED_KERNELS");
+    if (!v || !*v || std::string(v) == "1") return true;
+    if (std::string(v) == "0") return false;
+    fail("environment variable DSPARK_QUANTIZED_KERNELS must be 0 or 1, got '", v, "'");
+  }();
+  return on;
+}
+
 bool WeightArena::holds_quantized(const WeightSource& src, const std::vector<std::pair<std::string, int64_t>>& parts,
                                   int64_t cols) const {
-  if (dtype_ != DType::BF16 || parts.size() > 3) return false;
+  if (dtype_ != DType::BF16 || parts.size() > 3 || !quantized_kernels_enabled()) return false;
   int64_t rows = 0;
   for (const auto& [name, n] : parts) {
     const std::optional<GgmlType> t = src.block_type(name, {n, cols});

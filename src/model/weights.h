@@ -78,6 +78,10 @@ class WeightArena {
 void quantize_int8_if_paired(WeightMatrix& w);
 void quantize_int8_if_paired(LayerWeights& L);
 
+// Whether quantized matrices are held for the quantized kernels (the default), or dequantized to
+// bf16 (DSPARK_QUANTIZED_KERNELS=0: the same weights with bf16 activations, for comparisons).
+bool quantized_kernels_enabled();
+
 // Bytes of the matrices of one decoder layer whose attention input has `in` features.
 size_t decoder_layer_bytes(const ModelConfig& c, DType dtype, int64_t in);
 // Loads "<prefix>self_attn.q_proj.weight" etc. (HF names under `prefix`, e.g. "model.layers.3.").

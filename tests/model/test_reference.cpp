@@ -114,10 +114,16 @@ TEST(Reference, F32GreedyContinuationsIdentical) {
   }
 }
 
+// bf16 against the float64 reference: top-1 agreement over every position. Matrices held for the
+// quantized kernels (GGUF Q-types) run with int8 activations (kernels/qgemm.h), which moves these
+// random models' near-tied logits more than bf16 activations do: on the GGUF cases 98.3% of
+// positions agree through the quantized kernels against 99.5% with the same weights dequantized
+// (DSPARK_QUANTIZED_KERNELS=0), so they get their own bound.
 TEST(Reference, Bf16TopOneAgreement) {
-  int agree = 0, total = 0;
+  int agree[2] = {0, 0}, total[2] = {0, 0};
   for (const Reference& r : refs()) {
     auto m = Model::load(r.dir, LoadOptions{DType::BF16});
+    const int q = m->layer(0).qkv.quantized() ? 1 : 0;
     int case_agree = 0, case_total = 0;
     for (int p = 0; p < r.P; ++p) {
       auto got = engine_logits(*m, r.prompts[size_t(p)]);
@@ -126,11 +132,13 @@ TEST(Reference, Bf16TopOneAgreement) {
         ++case_total;
       }
     }
-    std::printf("%s: bf16 top-1 agreement %d / %d\n", r.dir.c_str(), case_agree, case_total);
-    agree += case_agree;
-    total += case_total;
+    std::printf("%s: bf16 top-1 agreement %d / %d%s\n", r.dir.c_str(), case_agree, case_total,
+                q ? " (quantized kernels)" : "");
+    agree[q] += case_agree;
+    total[q] += case_total;
   }
-  EXPECT_GE(double(agree), 0.99 * total) << agree << " of " << total;
+  EXPECT_GE(double(agree[0]), 0.99 * total[0]) << agree[0] << " of " << total[0];
+  EXPECT_GE(double(agree[1]), 0.97 * total[1]) << agree[1] << " of " << total[1] << " through the quantized kernels";
 }
 
 // Several sequences of different lengths in one batch give what each gives alone, and so do

@@ -11,7 +11,9 @@
 #include "core/gguf.h"
 #include "core/mmap_file.h"
 #include "core/safetensors.h"
+#include "kernels/qgemm.h"
 #include "model/model.h"
+#include "runtime/step_profile.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dspark {
@@ -143,9 +145,22 @@ int model_info(int argc, char** argv) {
     j["quantization_fallbacks"] = fallbacks;
   }
   j["tensor_bytes"] = file_bytes;
-  j["held_as"] = dtype_name(m->dtype());
-  // Every matrix but the embedding table (a token reads one row of it) is read once per step.
-  const int64_t per_token = int64_t(m->weight_bytes() - WeightArena::matrix_bytes(m->dtype(), c.vocab_size, c.hidden_size));
+  // How the matrices a step reads (checkpoint tensors: q, k and v count as three) are held:
+  // quantized for the quantized kernels, by type, or in the run's dtype.
+  std::map<std::string, int> held;
+  auto count = [&](const WeightMatrix& w, int tensors) {
+    if (!w.quantized()) return void(held[dtype_name(m->dtype())] += tensors);
+    for (int p = 0; p < w.nparts; ++p) ++held[ggml_type_name(w.parts[p].type)];
+  };
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& L = m->layer(l);
+    count(L.qkv, 3), count(L.o, 1), count(L.gate_up, 2), count(L.down, 1);
+  }
+  count(m->lm_head(), 1);
+  j["held_as"] = held;
+  j["quantized_kernel"] = qgemm_kernel_name();
+  // Every layer matrix and the lm_head are read once per step (a token reads one row of the embedding).
+  const int64_t per_token = int64_t(streamed_weight_bytes(*m));
   j["weight_bytes_per_token"] = per_token;
   if (args.on("json")) {
     std::cout << j.dump(2) << "\n";
@@ -155,13 +170,20 @@ int model_info(int argc, char** argv) {
                 c.vocab_size, double(c.num_parameters()) / 1e6);
     std::string list;
     for (const auto& [t, n] : types) list += (list.empty() ? "" : ", ") + t + " x " + std::to_string(n);
-    std::printf("  %s, tensors %s (%.1f MB); held as %s: %.1f MB of weights read per decoded token\n",
+    std::string held_list;
+    bool any_quantized = false;
+    for (const auto& [t, n] : held) {
+      held_list += (held_list.empty() ? "" : ", ") + t + " x " + std::to_string(n);
+      any_quantized = any_quantized || t != dtype_name(m->dtype());
+    }
+    if (any_quantized) held_list += std::string(" (quantized kernel: ") + qgemm_kernel_name() + ")";
+    std::printf("  %s, tensors %s (%.1f MB)\n  held as %s: %.1f MB of weights read per decoded token\n",
                 j["source_format"].get<std::string>().c_str(), list.c_str(), double(file_bytes) / 1e6,
-                dtype_name(m->dtype()), double(per_token) / 1e6);
+                held_list.c_str(), double(per_token) / 1e6);
     if (!quantized.empty()) {
       std::string q;
       for (const auto& [t, n] : quantized) q += (q.empty() ? "" : ", ") + t + " x " + std::to_string(n);
-      std::printf("  quantized on load: %s (held dequantized); %zu fell back from %s (rows not a multiple of its block)\n",
+      std::printf("  quantized on load: %s; %zu fell back from %s (rows not a multiple of its block)\n",
                   q.c_str(), fallbacks.size(), ggml_type_name(*load.quantization));
     }
   }

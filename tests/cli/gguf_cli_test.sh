@@ -47,9 +47,14 @@ done
 info=$("$dspark" model info --model "$models/demo" --quantization q4_k --json)
 check "q4_k on load: types" '{"Q4_K":37,"Q5_0":6}' "$(jget "['quantized_to']" <<<"$info")"
 check "q4_k on load: fallbacks" "6" "$(jget "['quantization_fallbacks'].__len__()" <<<"$info")"
+check "q4_k on load: held for the quantized kernels" '{"Q4_K":37,"Q5_0":6}' "$(jget "['held_as']" <<<"$info")"
+info=$("$dspark" model info --model "$models/demo" --quantization q4_k --dtype f32 --json)
+check "q4_k on load, f32: held dequantized" '{"F32":43}' "$(jget "['held_as']" <<<"$info")"
 prompt="Tom has 12 apples and buys 30 more. How many apples does he have?"
 q_plain=$("$dspark" generate --model "$models/demo" --quantization q4_k --dtype f32 --chat --prompt "$prompt" --max-tokens 40 --json | jget "['token_ids']")
 check "q4_k: dspark equals plain" "$q_plain" "$("$dspark" generate --model "$models/demo" --quantization q4_k --dtype f32 --chat --prompt "$prompt" --max-tokens 40 --json --speculative-config "$spec" | jget "['token_ids']")"
+q_plain=$("$dspark" generate --model "$models/demo" --quantization q4_k --chat --prompt "$prompt" --max-tokens 40 --json | jget "['token_ids']")
+check "q4_k, default precision: dspark equals plain" "$q_plain" "$("$dspark" generate --model "$models/demo" --quantization q4_k --chat --prompt "$prompt" --max-tokens 40 --json --speculative-config "$spec" | jget "['token_ids']")"
 err=$("$dspark" generate --model "$models/demo" --quantization q2_k --prompt hi 2>&1 >/dev/null); rc=$?
 check "bad --quantization: exit 1" "1" "$rc"
 contains "bad --quantization: names the flag" "flag --quantization" "$err"

@@ -10,6 +10,8 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "kernels/gemm.h"
+#include "kernels/qgemm.h"
+#include "kernels/quant.h"
 
 namespace dspark {
 namespace {
@@ -56,6 +58,62 @@ void run(benchmark::State& state, GemmBackend backend, DType dtype, int n, int k
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * m * n * k, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
   state.counters["weight_GB/s"] = benchmark::Counter(double(n) * k * dtype_size(dtype), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
+
+// Quantized weights (kernels/qgemm.h) quantized from N(0, 0.02) rows with llama.cpp's reference
+// rounding, on the quantized kernel of `backend` (Avx512Bf16: AVX512-VNNI where the CPU has it).
+void runq(benchmark::State& state, GemmBackend backend, GgmlType type, int n, int k) {
+  const int m = int(state.range(0));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(size_t(m) * k), y(size_t(m) * n), row(static_cast<size_t>(k));
+  for (auto& v : x) v = nd(rng);
+  const size_t rb = ggml_row_bytes(type, k);
+  std::vector<uint8_t> rows(rb * size_t(n)), panels(qgemm_matrix_bytes(type, n, k));
+  for (int r = 0; r < n; ++r) {
+    for (auto& v : row) v = nd(rng) * 0.02f;
+    quantize_row(type, row.data(), rows.data() + size_t(r) * rb, k);
+  }
+  qgemm_pack(type, rows.data(), n, k, panels.data());
+  WeightMatrix w;
+  w.n = n;
+  w.k = k;
+  w.parts[0] = QuantPart{type, 0, n, panels.data()};
+  w.nparts = 1;
+  try {
+    set_gemm_backend(backend);
+  } catch (const Error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  state.SetLabel(qgemm_kernel_name());
+  for (auto _ : state) {
+    gemm(x.data(), m, w, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  set_gemm_backend(GemmBackend::Auto);
+  state.counters["weight_GB/s"] = benchmark::Counter(double(panels.size()), benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+// gate_up of Qwen3-8B ([24576, 4096]; 56 MB in Q4_K: streams from DRAM) and a slice that stays in
+// L2 (the kernel's compute rate), for each quantized type.
+#define DSPARK_Q(T)                                                                                                  \
+  void BM_Q_##T##_GateUp8B(benchmark::State& s) { runq(s, GemmBackend::Avx512Bf16, GgmlType::T, 24576, 4096); }    \
+  void BM_Q_##T##_InL2(benchmark::State& s) { runq(s, GemmBackend::Avx512Bf16, GgmlType::T, 64, 4096); }            \
+  void BM_Q_##T##_InL2_Avx2(benchmark::State& s) { runq(s, GemmBackend::Avx2, GgmlType::T, 64, 4096); }
+DSPARK_Q(Q8_0)
+DSPARK_Q(Q4_0)
+DSPARK_Q(Q4_K)
+#undef DSPARK_Q
+#define QSHAPES ->Arg(1)->Arg(2)->Arg(4)->Arg(9)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond)
+BENCHMARK(BM_Q_Q8_0_GateUp8B) QSHAPES;
+BENCHMARK(BM_Q_Q8_0_InL2) QSHAPES;
+BENCHMARK(BM_Q_Q8_0_InL2_Avx2) QSHAPES;
+BENCHMARK(BM_Q_Q4_0_GateUp8B) QSHAPES;
+BENCHMARK(BM_Q_Q4_0_InL2) QSHAPES;
+BENCHMARK(BM_Q_Q4_0_InL2_Avx2) QSHAPES;
+BENCHMARK(BM_Q_Q4_K_GateUp8B) QSHAPES;
+BENCHMARK(BM_Q_Q4_K_InL2) QSHAPES;
+BENCHMARK(BM_Q_Q4_K_InL2_Avx2) QSHAPES;
 
 // gate_up of Qwen3-0.6B: [6144, 1024]; down: [1024, 3072].
 void BM_Avx2_Bf16_GateUp(benchmark::State& s) { run(s, GemmBackend::Avx2, DType::BF16, 6144, 1024); }

@@ -208,6 +208,12 @@ void qgemm_unpack_row(GgmlType t, const uint8_t* panels, int64_t k, int64_t r, f
 }
 
 void quantize_activations(const float* x, int m, int64_t ldx, int64_t k, QActBlock* out) {
+  static const bool simd = cpu_features().avx2 && cpu_features().fma && cpu_features().f16c;
+  if (simd) return detail::quantize_activations_avx2(x, m, ldx, k, out);
+  detail::quantize_activations_reference(x, m, ldx, k, out);
+}
+
+void detail::quantize_activations_reference(const float* x, int m, int64_t ldx, int64_t k, QActBlock* out) {
   const int64_t nb = k / 32;
   for (int i = 0; i < m; ++i) {
     const float* xr = x + int64_t(i) * ldx;

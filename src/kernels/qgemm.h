@@ -89,6 +89,8 @@ namespace detail {
 // columns < n are written.
 using QPanelsFn = void (*)(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p0, int p1,
                            const QActBlock* xq, int m, float* y, int64_t ldy, bool accumulate);
+void quantize_activations_reference(const float* x, int m, int64_t ldx, int64_t k, QActBlock* out);
+void quantize_activations_avx2(const float* x, int m, int64_t ldx, int64_t k, QActBlock* out);
 void qpanels_reference(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p0, int p1,
                        const QActBlock* xq, int m, float* y, int64_t ldy, bool accumulate);
 void qpanels_avx2(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p0, int p1,

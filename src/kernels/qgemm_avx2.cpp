@@ -162,6 +162,54 @@ void run(const uint8_t* panels, int64_t n, int64_t k, int p0, int p1, const QAct
 
 }  // namespace
 
+// quantize_activations with AVX2: the same operations as the scalar loop (max of |x|, one f32
+// division and reciprocal per block, x * (1/d) rounded to nearest even), so the same codes.
+void quantize_activations_avx2(const float* x, int m, int64_t ldx, int64_t k, QActBlock* out) {
+  const int64_t nb = k / 32;
+  const __m256 sign = _mm256_set1_ps(-0.f), lim = _mm256_set1_ps(127.f), nlim = _mm256_set1_ps(-127.f);
+  for (int i = 0; i < m; ++i) {
+    const float* xr = x + int64_t(i) * ldx;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* v = xr + 32 * b;
+      __m256 a[4];
+      __m256 mx = _mm256_setzero_ps();
+      for (int j = 0; j < 4; ++j) {
+        a[j] = _mm256_loadu_ps(v + 8 * j);
+        mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, a[j]));
+      }
+      __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+      h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+      h = _mm_max_ss(h, _mm_movehdup_ps(h));
+      const float amax = _mm_cvtss_f32(h);
+      const float d = amax / 127.f, id = d > 0.f ? 1.f / d : 0.f;
+      const __m256 vid = _mm256_set1_ps(id);
+      __m256i q32[4];
+      for (int j = 0; j < 4; ++j) {
+        __m256 r = _mm256_round_ps(_mm256_mul_ps(a[j], vid), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        r = _mm256_min_ps(_mm256_max_ps(r, nlim), lim);
+        q32[j] = _mm256_cvtps_epi32(r);
+      }
+      QActBlock& o = out[int64_t(i) * nb + b];
+      // Pack to int8 in element order (the packs interleave 128-bit lanes; permute them back).
+      const __m256i p01 = _mm256_packs_epi32(q32[0], q32[1]), p23 = _mm256_packs_epi32(q32[2], q32[3]);
+      const __m256i p = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(o.q), p);
+      const __m256i s01 = _mm256_add_epi32(q32[0], q32[1]), s23 = _mm256_add_epi32(q32[2], q32[3]);
+      auto hsum = [](__m256i v) {
+        __m128i t = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
+        t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+        return _mm_cvtsi128_si32(t);
+      };
+      o.sum_lo = hsum(s01);
+      o.sum = o.sum_lo + hsum(s23);
+      o.d = d;
+      o.dsum = d * float(o.sum);
+      o.pad[0] = o.pad[1] = 0;
+    }
+  }
+}
+
 void qpanels_avx2(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p0, int p1, const QActBlock* xq, int m,
                   float* y, int64_t ldy, bool accumulate) {
   switch (t) {

@@ -166,6 +166,26 @@ bool has_vnni() {
   return has_avx2() && f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni;
 }
 
+TEST(QGemm, ActivationQuantizationIsTheSameOnEveryPath) {
+  if (!has_avx2()) GTEST_SKIP() << "the AVX2 path needs AVX2, FMA and F16C (" << cpu_features().describe() << ")";
+  std::vector<float> x = random_x(3, 1024, 12);
+  x[100] = 127.f * 3.f;  // a block whose largest value is an exact multiple
+  x[200] = 0.5f * (x[201] = 1e-30f);
+  std::vector<QActBlock> a(3 * 32), b(3 * 32);
+  detail::quantize_activations_reference(x.data(), 3, 1024, 1024, a.data());
+  detail::quantize_activations_avx2(x.data(), 3, 1024, 1024, b.data());
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_EQ(std::memcmp(a[i].q, b[i].q, 32), 0) << "block " << i;
+    ASSERT_EQ(a[i].d, b[i].d) << "block " << i;
+    ASSERT_EQ(a[i].dsum, b[i].dsum) << "block " << i;
+    ASSERT_EQ(a[i].sum, b[i].sum) << "block " << i;
+    ASSERT_EQ(a[i].sum_lo, b[i].sum_lo) << "block " << i;
+  }
+  int nonzero = 0;
+  for (const QActBlock& q : a) nonzero += q.sum != 0;
+  EXPECT_GT(nonzero, 40);
+}
+
 TEST(QGemm, ReferenceMatchesFloat64) { check_kernel(detail::qpanels_reference); }
 TEST(QGemm, ReferenceIsBatchInvariant) { check_invariance(detail::qpanels_reference); }
 

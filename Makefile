@@ -42,7 +42,8 @@ DEMO_SPEC_SCHED = {$(DEMO_SPEC_FIELDS), "enable_adaptive_verification": true}
 # The demo target answers a prompt; with the committed DSpark drafter it then answers again with
 # speculative decoding, and benchmarks plain against speculative decoding on held-out math prompts:
 # full 8-token blocks, then with the hardware-aware prefix length policy choosing each round's length;
-# last, with that policy, on prompts out of the drafter's math domain (DEMO_OOD_PROMPTS).
+# then with that policy on prompts out of the drafter's math domain (DEMO_OOD_PROMPTS); last, the
+# target quantized to Q4_K on load, on the math prompts.
 demo: build $(if $(wildcard models/demo/config.json),,$(BUILD)/demo-model/config.json)
 	@echo "== $(DEMO_WHAT) =="
 	$(BUILD)/dspark generate --model $(DEMO_MODEL) --chat --prompt "$(DEMO_PROMPT)" --max-tokens 128
@@ -59,6 +60,9 @@ ifneq ($(wildcard $(DEMO_DRAFTER)/config.json),)
 	@echo; echo "== out of domain: $(DEMO_OOD_PROMPTS), $(DEMO_OOD_PER_CATEGORY) prompts of each category, with the prefix length policy =="
 	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --speculative-config '$(DEMO_SPEC_SCHED)' \
 	  --prompts $(DEMO_OOD_PROMPTS) --per-category $(DEMO_OOD_PER_CATEGORY) --max-tokens 64
+	@echo; echo "== the target quantized to Q4_K on load (quantized kernels), held-out math prompts, full blocks: compare with bf16 above =="
+	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --quantization q4_k --speculative-config '$(DEMO_SPEC)' \
+	  --prompts $(DEMO_DRAFTER)/math_prompts.jsonl --max-tokens 128
 endif
 
 clean:

@@ -11,10 +11,11 @@
 namespace dspark {
 
 void add_runtime_flags(Args& args) {
-  args.flag("dtype", "weight precision: bf16 or f32 (f32 makes speculative greedy exact)", true, "bf16");
+  args.flag("dtype", "weight precision: bf16 or f32 (f32: the exact mode; speculative greedy equals plain in both)", true, "bf16");
   args.flag("quantization",
             "none, q8_0, q4_0, q5_0 or q4_k: quantize the model's matrices on load with llama.cpp's\n"
-            "reference rounding, held dequantized in --dtype (the quantized model's outputs, not its speed)",
+            "reference rounding (K-quants fall back to Q5_0 on rows not a multiple of 256), held for the\n"
+            "quantized kernels (with --dtype f32: dequantized to f32)",
             true, "none");
   args.flag("threads", "compute threads (0: all cores)", true, "0");
 }

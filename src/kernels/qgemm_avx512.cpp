@@ -1,10 +1,11 @@
 // AVX512-VNNI kernels for quantized panels (layout and arithmetic in qgemm.h).
 //
-// A panel's tile (16 rows x 32 weights) is unpacked once into eight zmm registers of byte codes,
-// then meets up to 16 rows of x: per row, eight vpdpbusd (64 multiply-adds each, codes unsigned
-// against int8 activations broadcast from their block) give the exact integer sums of the 16 rows,
-// and one or two fused multiply-adds fold them into the row's 16 f32 outputs. The outputs of up to
-// 16 rows stay in registers over the whole k range. Q8_0's signed codes are biased by 128 (xor
+// A panel's tile (16 rows x 32 weights) is unpacked into eight zmm registers of byte codes, then
+// meets up to 8 rows of x: per row, eight vpdpbusd (64 multiply-adds each, codes unsigned against
+// int8 activations broadcast from their block, issued slice by slice across the rows so that
+// neighbours are independent) give the exact integer sums of the 16 rows, and one or two fused
+// multiply-adds fold them into the row's 16 f32 outputs. The outputs of up to 8 rows stay in
+// registers over the whole k range; more rows take further passes over the panel (from L2). Q8_0's signed codes are biased by 128 (xor
 // 0x80) and the bias removed with the activation block's code sum, as the other types' offsets
 // (Q4_0's 8, Q5_0's 16, Q6_K's 32).
 //
@@ -19,6 +20,10 @@ namespace dspark::detail {
 namespace {
 
 #define DSPARK_UNROLL _Pragma("GCC unroll 16")
+
+// Rows of x per pass over a panel: their 8 integer sums, 8 outputs and a tile's 8 code slices
+// fill 24 of the 32 zmm registers.
+constexpr int kMaxRows = 8;
 
 inline __mmask16 lane_mask(int lanes) { return lanes >= 16 ? __mmask16(0xffff) : __mmask16((1u << lanes) - 1); }
 inline __m512 f16x16(const uint8_t* p) { return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
@@ -50,14 +55,18 @@ inline __m512i high_bits(__m512i c) {
   else return _mm512_and_si512(_mm512_srli_epi16(c, 2), m);
 }
 
-inline __m512i dot8(__m512i acc, const __m512i s[8], const int8_t* q, int from, int to) {
+// acc[i] += the codes of slices [from, to) against row i's activations of block b, slice-major so
+// that consecutive vpdpbusd are independent (the integer sums are exact in any order).
+template <int MR>
+inline void dots(__m512i (&acc)[MR], const __m512i s[8], const QActBlock* xq, int64_t nb, int64_t b, int from, int to) {
   DSPARK_UNROLL
-  for (int j = from; j < to; ++j) {
-    int32_t v;
-    __builtin_memcpy(&v, q + 4 * j, 4);
-    acc = _mm512_dpbusd_epi32(acc, s[j], _mm512_set1_epi32(v));
-  }
-  return acc;
+  for (int j = from; j < to; ++j)
+    DSPARK_UNROLL
+    for (int i = 0; i < MR; ++i) {
+      int32_t v;
+      __builtin_memcpy(&v, xq[i * nb + b].q + 4 * j, 4);
+      acc[i] = _mm512_dpbusd_epi32(acc[i], s[j], _mm512_set1_epi32(v));
+    }
 }
 
 // Rows [0, MR) of xq (row stride nb blocks) against one panel of type T over nsb superblocks.
@@ -110,36 +119,43 @@ void panel_rows(const uint8_t* panel, int64_t nsb, const QActBlock* xq, int64_t 
         s[6] = _mm512_or_si512(s[6], high_bits<2>(c1));
         s[7] = _mm512_or_si512(s[7], high_bits<3>(c1));
       }
+      __m512i acc[MR];
       if constexpr (T == GgmlType::Q6_K) {
         const __m512 sc0 = _mm512_mul_ps(d, i8x16(h + 32 + 16 * (2 * t)));
         const __m512 sc1 = _mm512_mul_ps(d, i8x16(h + 32 + 16 * (2 * t + 1)));
         DSPARK_UNROLL
+        for (int i = 0; i < MR; ++i) acc[i] = _mm512_set1_epi32(-32 * xq[i * nb + b].sum_lo);
+        dots<MR>(acc, s, xq, nb, b, 0, 4);
+        DSPARK_UNROLL
         for (int i = 0; i < MR; ++i) {
           const QActBlock& a = xq[i * nb + b];
-          const __m512i a0 = dot8(_mm512_set1_epi32(-32 * a.sum_lo), s, a.q, 0, 4);
-          const __m512i a1 = dot8(_mm512_set1_epi32(-32 * (a.sum - a.sum_lo)), s, a.q, 4, 8);
-          const __m512 ad = _mm512_set1_ps(a.d);
-          tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, a0), _mm512_mul_ps(sc0, ad), tot[i]);
-          tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, a1), _mm512_mul_ps(sc1, ad), tot[i]);
+          tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[i]), _mm512_mul_ps(sc0, _mm512_set1_ps(a.d)), tot[i]);
+          acc[i] = _mm512_set1_epi32(-32 * (a.sum - a.sum_lo));
         }
+        dots<MR>(acc, s, xq, nb, b, 4, 8);
+        DSPARK_UNROLL
+        for (int i = 0; i < MR; ++i)
+          tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[i]), _mm512_mul_ps(sc1, _mm512_set1_ps(xq[i * nb + b].d)), tot[i]);
       } else if constexpr (T == GgmlType::Q4_K) {
         const __m512 sc = _mm512_mul_ps(d, u8x16(h + 64 + 16 * t));
         const __m512 mn = _mm512_mul_ps(dmin, u8x16(h + 192 + 16 * t));
         DSPARK_UNROLL
+        for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_si512();
+        dots<MR>(acc, s, xq, nb, b, 0, 8);
+        DSPARK_UNROLL
         for (int i = 0; i < MR; ++i) {
           const QActBlock& a = xq[i * nb + b];
-          const __m512i acc = dot8(_mm512_setzero_si512(), s, a.q, 0, 8);
-          tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc), _mm512_mul_ps(sc, _mm512_set1_ps(a.d)), tot[i]);
+          tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[i]), _mm512_mul_ps(sc, _mm512_set1_ps(a.d)), tot[i]);
           tot[i] = _mm512_fnmadd_ps(mn, _mm512_set1_ps(a.dsum), tot[i]);
         }
       } else {
         constexpr int kOff = T == GgmlType::Q8_0 ? 128 : T == GgmlType::Q5_0 ? 16 : 8;
         DSPARK_UNROLL
-        for (int i = 0; i < MR; ++i) {
-          const QActBlock& a = xq[i * nb + b];
-          const __m512i acc = dot8(_mm512_set1_epi32(-kOff * a.sum), s, a.q, 0, 8);
-          tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc), _mm512_mul_ps(d, _mm512_set1_ps(a.d)), tot[i]);
-        }
+        for (int i = 0; i < MR; ++i) acc[i] = _mm512_set1_epi32(-kOff * xq[i * nb + b].sum);
+        dots<MR>(acc, s, xq, nb, b, 0, 8);
+        DSPARK_UNROLL
+        for (int i = 0; i < MR; ++i)
+          tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[i]), _mm512_mul_ps(d, _mm512_set1_ps(xq[i * nb + b].d)), tot[i]);
       }
     }
   }
@@ -153,9 +169,7 @@ void rows_of(int mr, const uint8_t* panel, int64_t nsb, const QActBlock* xq, int
   switch (mr) {
 #define DSPARK_CASE(R) \
   case R: return panel_rows<T, R>(panel, nsb, xq, nb, y, ldy, lanes, accumulate);
-    DSPARK_CASE(16) DSPARK_CASE(15) DSPARK_CASE(14) DSPARK_CASE(13) DSPARK_CASE(12) DSPARK_CASE(11)
-    DSPARK_CASE(10) DSPARK_CASE(9) DSPARK_CASE(8) DSPARK_CASE(7) DSPARK_CASE(6) DSPARK_CASE(5)
-    DSPARK_CASE(4) DSPARK_CASE(3) DSPARK_CASE(2)
+    DSPARK_CASE(8) DSPARK_CASE(7) DSPARK_CASE(6) DSPARK_CASE(5) DSPARK_CASE(4) DSPARK_CASE(3) DSPARK_CASE(2)
 #undef DSPARK_CASE
     default: return panel_rows<T, 1>(panel, nsb, xq, nb, y, ldy, lanes, accumulate);
   }
@@ -168,8 +182,8 @@ void run(const uint8_t* panels, int64_t n, int64_t k, int p0, int p1, const QAct
   const size_t panel_bytes = size_t(nsb) * qgemm_superblock_bytes(T);
   for (int p = p0; p < p1; ++p) {
     const int lanes = int(std::min<int64_t>(kQPanelRows, n - int64_t(p) * kQPanelRows));
-    // Row groups of at most 16, as even as possible (so 17 rows run as 9 + 8).
-    const int groups = (m + 15) / 16;
+    // Row groups of at most kMaxRows, as even as possible (so 9 rows run as 5 + 4).
+    const int groups = (m + kMaxRows - 1) / kMaxRows;
     for (int i = 0; i < m;) {
       const int mr = std::min(m - i, (m + groups - 1) / groups);
       rows_of<T>(mr, panels + size_t(p) * panel_bytes, nsb, xq + int64_t(i) * nb, nb,

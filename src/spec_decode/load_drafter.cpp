@@ -111,11 +111,16 @@ std::unique_ptr<Drafter> load_drafter(SpecConfig& sc, const Model& target, DType
       fail(view.file, ": unexpected tensor '", name, "' for a ", spec_method_name(dc.method), " drafter",
            "");
   std::vector<int32_t> to_target = draft_vocab_map(dc, *store, target.config().vocab_size);
-  auto src = checkpoint_source(std::move(store));
+  auto checkpoint = checkpoint_source(std::move(store));
+  // A block format: every matrix quantized on load (the decoder layers held for the quantized kernels).
+  std::unique_ptr<WeightSource> quantized;
+  if (!sc.quantization.empty() && sc.quantization != "int8")
+    quantized = quantizing_source(*checkpoint, *ggml_type_from_name(sc.quantization), nullptr);
+  const WeightSource& src = quantized ? *quantized : *checkpoint;
   switch (dc.method) {
-    case SpecMethod::DSpark: return make_dspark_drafter(dc, target, *src, dtype, std::move(to_target));
-    case SpecMethod::DFlash: return make_dflash_drafter(dc, target, *src, dtype, std::move(to_target));
-    case SpecMethod::Eagle3: return make_eagle3_drafter(dc, target, *src, dtype, std::move(to_target));
+    case SpecMethod::DSpark: return make_dspark_drafter(dc, target, src, dtype, std::move(to_target));
+    case SpecMethod::DFlash: return make_dflash_drafter(dc, target, src, dtype, std::move(to_target));
+    case SpecMethod::Eagle3: return make_eagle3_drafter(dc, target, src, dtype, std::move(to_target));
     default: break;
   }
   fail("internal: no drafter for ", spec_method_name(dc.method));

@@ -1,5 +1,8 @@
 #include "spec_decode/spec_config.h"
 
+#include "core/gguf.h"
+#include "kernels/quant.h"
+
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -150,7 +153,10 @@ SpecConfig SpecConfig::parse(const std::string& text) {
     } else if (k == "quantization") {
       if (j[k].is_null()) continue;  // vLLM's default: none
       const std::string q = str("quantization");
-      if (q != "int8") fail(where, ": field 'quantization' is '", q, "'; supported: int8 (weight-only, the drafter's matrices)");
+      const auto t = ggml_type_from_name(q);
+      if (q != "int8" && !(t && can_quantize(*t)))
+        fail(where, ": field 'quantization' is '", q,
+             "'; supported: int8 (weight-only, per row), q8_0, q4_0, q5_0, q4_k (llama.cpp's block formats)");
       c.quantization = q;
     } else {
       fail(where, ": unknown field '", k,

@@ -35,8 +35,10 @@ struct SpecConfig {
     int threads = 0;
   } sps_curve_origin;
   // vLLM's "quantization" of the draft model: "int8" quantizes the drafter's bf16 matrices to
-  // weight-only int8 (one scale per row) when it loads, halving the bytes a drafting round reads.
-  // Empty: the drafter runs in the engine's dtype.
+  // weight-only int8 (one scale per row) when it loads, halving the bytes a drafting round reads;
+  // "q8_0", "q4_0", "q5_0" or "q4_k" quantizes them to that block format as --quantization does
+  // for a target (its decoder layers then run on the quantized kernels). Empty: the drafter runs
+  // in the engine's dtype.
   std::string quantization;
   // vLLM's "extract_hidden_states": no drafter; the target's hidden states at aux_layer_ids
   // (draft_model_config.hf_config.eagle_aux_hidden_state_layer_ids, vLLM's ids: the residual

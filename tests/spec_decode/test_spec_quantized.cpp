@@ -98,6 +98,16 @@ TEST(SpecDefaultPrecision, GreedyIsTokenIdenticalOnBf16AndQuantizedTargets) {
       for (int step = 0; e.step(); ++step) ASSERT_LT(step, 10000) << kind << ": the engine never finished";
       for (size_t r = 0; r < prompts.size(); ++r) EXPECT_EQ(got[r], want[r]) << k.name << " " << kind << " engine, request " << r;
     }
+    // A drafter quantized to a block format on load ("quantization": "q4_k" / "q8_0"): its
+    // proposals change, what is generated does not.
+    for (const char* q : {"q4_k", "q8_0"}) {
+      SpecConfig sc = config_for("dspark", h.drafter("dspark"), 4, false, false, 0);
+      sc.quantization = q;
+      auto d = load_drafter(sc, *h.target, DType::BF16);
+      FullBlockPolicy full;
+      for (size_t r = 0; r < prompts.size(); ++r)
+        EXPECT_EQ(h.spec(prompts[r], gp, *d, sc, full).tokens, want[r]) << k.name << " drafter " << q << " prompt " << r;
+    }
   }
 }
 

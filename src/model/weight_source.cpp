@@ -55,14 +55,14 @@ class CheckpointSource : public WeightSource {
 
 class QuantizingSource : public WeightSource {
  public:
-  QuantizingSource(const WeightSource& inner, GgmlType type, std::map<std::string, GgmlType>* chosen)
-      : inner_(inner), type_(type), chosen_(chosen) {}
+  QuantizingSource(const WeightSource& inner, GgmlType type, std::map<std::string, GgmlType>* chosen, bool keep_odd)
+      : inner_(inner), type_(type), chosen_(chosen), keep_odd_(keep_odd) {}
   bool has(const std::string& name) const override { return inner_.has(name); }
   std::vector<std::string> names() const override { return inner_.names(); }
   std::string describe() const override { return inner_.describe() + " quantized to " + ggml_type_name(type_); }
 
   std::optional<GgmlType> block_type(const std::string& name, const std::vector<int64_t>& shape) const override {
-    if (shape.size() != 2) return std::nullopt;
+    if (shape.size() != 2 || skipped(shape[1])) return std::nullopt;
     const GgmlType t = type_for(name, shape[1]);
     if (chosen_) (*chosen_)[name] = t;
     return t;
@@ -84,7 +84,7 @@ class QuantizingSource : public WeightSource {
 
   void read(const std::string& name, const std::vector<int64_t>& shape, DType dst_dtype, void* dst,
             int64_t dst_ld) const override {
-    if (shape.size() != 2) return inner_.read(name, shape, dst_dtype, dst, dst_ld);
+    if (shape.size() != 2 || skipped(shape[1])) return inner_.read(name, shape, dst_dtype, dst, dst_ld);
     const int64_t rows = shape[0], cols = shape[1];
     const GgmlType t = type_for(name, cols);
     std::vector<uint8_t> blocks(ggml_row_bytes(t, cols) * size_t(rows));
@@ -100,6 +100,8 @@ class QuantizingSource : public WeightSource {
   }
 
  private:
+  // With keep_odd, a matrix whose rows are not whole 32-weight blocks is left as it is.
+  bool skipped(int64_t cols) const { return keep_odd_ && cols % 32 != 0; }
   // The type a matrix with rows of `cols` weights is quantized to: a K-quant falls back to Q5_0
   // (as llama-quantize does) where the rows are not whole superblocks of 256.
   GgmlType type_for(const std::string& name, int64_t cols) const {
@@ -113,6 +115,7 @@ class QuantizingSource : public WeightSource {
   const WeightSource& inner_;
   GgmlType type_;
   std::map<std::string, GgmlType>* chosen_;
+  bool keep_odd_;
 };
 
 uint64_t splitmix(uint64_t& s) {
@@ -167,9 +170,9 @@ std::unique_ptr<WeightSource> checkpoint_source(std::unique_ptr<TensorStore> sto
 }
 
 std::unique_ptr<WeightSource> quantizing_source(const WeightSource& inner, GgmlType type,
-                                                std::map<std::string, GgmlType>* chosen) {
+                                                std::map<std::string, GgmlType>* chosen, bool keep_odd) {
   if (!can_quantize(type)) fail("quantization ", ggml_type_name(type), " is not written by dspark (q8_0, q4_0, q5_0, q4_k)");
-  return std::make_unique<QuantizingSource>(inner, type, chosen);
+  return std::make_unique<QuantizingSource>(inner, type, chosen, keep_odd);
 }
 
 std::unique_ptr<WeightSource> random_source(uint64_t seed, float std) {

@@ -112,10 +112,11 @@ std::unique_ptr<Drafter> load_drafter(SpecConfig& sc, const Model& target, DType
            "");
   std::vector<int32_t> to_target = draft_vocab_map(dc, *store, target.config().vocab_size);
   auto checkpoint = checkpoint_source(std::move(store));
-  // A block format: every matrix quantized on load (the decoder layers held for the quantized kernels).
+  // A block format: every matrix whose rows are whole 32-weight blocks quantized on load (the
+  // decoder layers held for the quantized kernels); the others stay in the run's dtype.
   std::unique_ptr<WeightSource> quantized;
   if (!sc.quantization.empty() && sc.quantization != "int8")
-    quantized = quantizing_source(*checkpoint, *ggml_type_from_name(sc.quantization), nullptr);
+    quantized = quantizing_source(*checkpoint, *ggml_type_from_name(sc.quantization), nullptr, true);
   const WeightSource& src = quantized ? *quantized : *checkpoint;
   switch (dc.method) {
     case SpecMethod::DSpark: return make_dspark_drafter(dc, target, src, dtype, std::move(to_target));

@@ -201,10 +201,16 @@ class FakeServer {
       writing_ = true;
       lock.unlock();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));  // after the response, as vLLM
-      if (j.error)
-        store->put_error(j.sample.handle, "injected extraction failure");
-      else
-        store->put_sample(j.sample);
+      // A write can race the trainer deleting a sample it stopped waiting for (the file store's
+      // rename then finds its temporary file gone): the sample is lost, as a real server's
+      // exporter gives it up, and the trainer has already re-requested or failed the prompt.
+      try {
+        if (j.error)
+          store->put_error(j.sample.handle, "injected extraction failure");
+        else
+          store->put_sample(j.sample);
+      } catch (const connector::StoreError&) {
+      }
       lock.lock();
       writing_ = false;
     }

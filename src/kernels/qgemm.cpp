@@ -16,22 +16,20 @@ namespace dspark {
 
 namespace {
 
-// Byte offsets inside one superblock (see the layout in qgemm.h).
-struct Layout {
-  int tiles;        // 32-weight tiles per superblock
-  int header;       // bytes before the first tile
-  int tile;         // bytes per tile
-};
+bool vnni_available() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni && f.avx2 && f.fma && f.f16c;
+}
+bool avx2_available() {
+  const CpuFeatures& f = cpu_features();
+  return f.avx2 && f.fma && f.f16c;
+}
 
-Layout layout(GgmlType t) {
-  switch (t) {
-    case GgmlType::Q8_0: return {1, 32, 512};
-    case GgmlType::Q4_0: return {1, 32, 256};
-    case GgmlType::Q5_0: return {1, 32, 320};
-    case GgmlType::Q4_K: return {8, 320, 256};
-    case GgmlType::Q6_K: return {8, 288, 384};
-    default: fail("internal: no quantized kernel for ", ggml_type_name(t));
-  }
+// qgemm_layout(t), which must be one with a kernel.
+QTileLayout layout(GgmlType t) {
+  const QTileLayout L = qgemm_layout(t);
+  if (L.tiles == 0) fail("internal: no quantized kernel for ", ggml_type_name(t));
+  return L;
 }
 
 uint16_t u16(const uint8_t* p) {
@@ -76,7 +74,7 @@ void set_tile_code(GgmlType t, uint8_t* tile, int r, int c, int q) {
 
 // Copies one ggml superblock of row r (src) into the panel superblock (dst, zeroed beforehand).
 void pack_superblock(GgmlType t, const uint8_t* src, int r, uint8_t* dst) {
-  const Layout L = layout(t);
+  const QTileLayout L = layout(t);
   auto put16 = [&](int off, uint16_t v) { std::memcpy(dst + off + 2 * r, &v, 2); };
   switch (t) {
     case GgmlType::Q8_0:
@@ -159,15 +157,12 @@ int code_offset(GgmlType t) {
 
 }  // namespace
 
-bool qgemm_supports(GgmlType t) {
-  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_K ||
-         t == GgmlType::Q6_K;
-}
+bool qgemm_supports(GgmlType t) { return qgemm_layout(t).tiles > 0; }
 
 int64_t qgemm_superblock(GgmlType t) { return layout(t).tiles * 32; }
 
 size_t qgemm_superblock_bytes(GgmlType t) {
-  const Layout L = layout(t);
+  const QTileLayout L = layout(t);
   return size_t(L.header + L.tiles * L.tile);
 }
 
@@ -192,7 +187,7 @@ void qgemm_pack(GgmlType t, const uint8_t* rows, int64_t n, int64_t k, uint8_t* 
 }
 
 float qgemm_weight_at(GgmlType t, const uint8_t* panels, int64_t k, int64_t r, int64_t c) {
-  const Layout L = layout(t);
+  const QTileLayout L = layout(t);
   const int64_t S = L.tiles * 32, nsb = k / S;
   const size_t sbb = qgemm_superblock_bytes(t);
   const uint8_t* sb = panels + size_t((r / kQPanelRows) * nsb + c / S) * sbb;
@@ -208,7 +203,7 @@ void qgemm_unpack_row(GgmlType t, const uint8_t* panels, int64_t k, int64_t r, f
 }
 
 void quantize_activations(const float* x, int m, int64_t ldx, int64_t k, QActBlock* out) {
-  static const bool simd = cpu_features().avx2 && cpu_features().fma && cpu_features().f16c;
+  static const bool simd = avx2_available();
   if (simd) return detail::quantize_activations_avx2(x, m, ldx, k, out);
   detail::quantize_activations_reference(x, m, ldx, k, out);
 }
@@ -243,7 +238,7 @@ namespace detail {
 
 void qpanels_reference(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p0, int p1, const QActBlock* xq,
                        int m, float* y, int64_t ldy, bool accumulate) {
-  const Layout L = layout(t);
+  const QTileLayout L = layout(t);
   const int64_t nsb = k / (L.tiles * 32), nb = k / 32;
   const size_t sbb = qgemm_superblock_bytes(t);
   const int off = code_offset(t);
@@ -281,15 +276,6 @@ void qpanels_reference(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, 
 }  // namespace detail
 
 namespace {
-
-bool vnni_available() {
-  const CpuFeatures& f = cpu_features();
-  return f.avx512f && f.avx512bw && f.avx512vl && f.avx512_vnni && f.avx2 && f.fma && f.f16c;
-}
-bool avx2_available() {
-  const CpuFeatures& f = cpu_features();
-  return f.avx2 && f.fma && f.f16c;
-}
 
 detail::QPanelsFn pick_kernel(const char** name) {
   const GemmBackend b = gemm_backend();

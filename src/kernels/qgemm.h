@@ -37,6 +37,25 @@ namespace dspark {
 
 constexpr int kQPanelRows = 16;
 
+// Byte offsets inside one superblock of a panel (the layouts above): 32-weight tiles per
+// superblock, bytes of scales before the first tile, bytes per tile; all zero for a type without
+// a kernel. The kernels and the packing read these, so the layout has one definition.
+struct QTileLayout {
+  int tiles = 0;
+  int header = 0;
+  int tile = 0;
+};
+constexpr QTileLayout qgemm_layout(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q8_0: return {1, 32, 512};
+    case GgmlType::Q4_0: return {1, 32, 256};
+    case GgmlType::Q5_0: return {1, 32, 320};
+    case GgmlType::Q4_K: return {8, 320, 256};
+    case GgmlType::Q6_K: return {8, 288, 384};
+    default: return {};
+  }
+}
+
 // Whether matrices of type t can be held quantized for the kernels below (Q8_0, Q4_0, Q5_0, Q4_K,
 // Q6_K).
 bool qgemm_supports(GgmlType t);

@@ -54,9 +54,7 @@ void half_rows(const uint8_t* panel, int64_t nsb, int half, const QActBlock* xq,
   DSPARK_UNROLL
   for (int i = 0; i < MR; ++i)
     tot[i] = accumulate ? _mm256_maskload_ps(y + i * ldy, mask) : _mm256_setzero_ps();
-  constexpr int kTiles = (T == GgmlType::Q4_K || T == GgmlType::Q6_K) ? 8 : 1;
-  constexpr int kHeader = T == GgmlType::Q4_K ? 320 : T == GgmlType::Q6_K ? 288 : 32;
-  constexpr int kTile = T == GgmlType::Q8_0 ? 512 : T == GgmlType::Q6_K ? 384 : T == GgmlType::Q5_0 ? 320 : 256;
+  constexpr int kTiles = qgemm_layout(T).tiles, kHeader = qgemm_layout(T).header, kTile = qgemm_layout(T).tile;
   constexpr int64_t kSb = kHeader + kTiles * kTile;
   const int hb = 32 * half;  // byte offset of this half in a 64-byte slice
   const __m256i lo = _mm256_set1_epi8(0x0F);

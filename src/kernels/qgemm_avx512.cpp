@@ -77,9 +77,7 @@ void panel_rows(const uint8_t* panel, int64_t nsb, const QActBlock* xq, int64_t 
   __m512 tot[MR];
   DSPARK_UNROLL
   for (int i = 0; i < MR; ++i) tot[i] = accumulate ? _mm512_maskz_loadu_ps(mk, y + i * ldy) : _mm512_setzero_ps();
-  constexpr int kTiles = (T == GgmlType::Q4_K || T == GgmlType::Q6_K) ? 8 : 1;
-  constexpr int kHeader = T == GgmlType::Q4_K ? 320 : T == GgmlType::Q6_K ? 288 : 32;
-  constexpr int kTile = T == GgmlType::Q8_0 ? 512 : T == GgmlType::Q6_K ? 384 : T == GgmlType::Q5_0 ? 320 : 256;
+  constexpr int kTiles = qgemm_layout(T).tiles, kHeader = qgemm_layout(T).header, kTile = qgemm_layout(T).tile;
   constexpr int64_t kSb = kHeader + kTiles * kTile;
   for (int64_t sb = 0; sb < nsb; ++sb) {
     const uint8_t* h = panel + sb * kSb;

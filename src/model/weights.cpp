@@ -97,7 +97,7 @@ WeightMatrix WeightArena::stacked(const WeightSource& src, const std::vector<std
     r0 += n;
   }
   w.nparts = int(parts.size());
-  if (!w.data) w.data = w.parts[0].data;
+  w.data = w.parts[0].data;
   return w;
 }
 

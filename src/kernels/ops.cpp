@@ -44,6 +44,10 @@ void rope(float* x, int64_t ldx, int rows, int n_heads, int head_dim, const floa
   }
 }
 
+void add_bias(float* x, const float* bias, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += bias[i];
+}
+
 void silu_mul(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, int rows, int inter) {
   if (use_avx2()) return detail::silu_mul_avx2(gate_up, ld_in, out, ld_out, rows, inter);
   for (int r = 0; r < rows; ++r) {

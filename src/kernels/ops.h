@@ -15,6 +15,9 @@ void rmsnorm(const float* x, int64_t ldx, const float* weight, float* y, int64_t
 // cos/sin hold hd/2 values per row.
 void rope(float* x, int64_t ldx, int rows, int n_heads, int head_dim, const float* cos, const float* sin);
 
+// x[i] += bias[i] for i < n.
+void add_bias(float* x, const float* bias, int64_t n);
+
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i]; gate_up rows are [gate | up].
 void silu_mul(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, int rows, int inter);
 

@@ -58,11 +58,14 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
   if (c.architecture == "Qwen3ForCausalLM") {
     c.arch = Arch::Qwen3;
     c.qk_norm = true;
+  } else if (c.architecture == "Qwen2ForCausalLM") {
+    c.arch = Arch::Qwen2;
+    c.attention_bias = true;  // Qwen2 always has q/k/v biases (no config field)
   } else if (c.architecture == "LlamaForCausalLM") {
     c.arch = Arch::Llama;
   } else {
     fail(src, ": unsupported architecture '", c.architecture,
-         "' in field 'architectures' (supported: Qwen3ForCausalLM, LlamaForCausalLM)");
+         "' in field 'architectures' (supported: Qwen3ForCausalLM, Qwen2ForCausalLM, LlamaForCausalLM)");
   }
   c.vocab_size = r.positive_int("vocab_size");
   c.hidden_size = r.positive_int("hidden_size");
@@ -113,7 +116,10 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     }
   }
   c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
-  if (r.bool_or("attention_bias", false)) fail(src, ": field 'attention_bias' = true is not supported");
+  if (c.arch != Arch::Qwen2 && r.bool_or("attention_bias", false))
+    fail(src, ": field 'attention_bias' = true is not supported for ", c.architecture);
+  if (r.bool_or("use_sliding_window", false))
+    fail(src, ": field 'use_sliding_window' = true is not supported (every layer attends to the whole context)");
   if (r.bool_or("mlp_bias", false)) fail(src, ": field 'mlp_bias' = true is not supported");
   if (const json* act = r.find("hidden_act")) {
     if (!act->is_string() || act->get<std::string>() != "silu")
@@ -154,7 +160,7 @@ ModelConfig ModelConfig::from_dir(const std::string& dir) {
 json ModelConfig::to_json() const {
   json j;
   j["architectures"] = {architecture};
-  j["model_type"] = arch == Arch::Qwen3 ? "qwen3" : "llama";
+  j["model_type"] = arch == Arch::Qwen3 ? "qwen3" : arch == Arch::Qwen2 ? "qwen2" : "llama";
   j["vocab_size"] = vocab_size;
   j["hidden_size"] = hidden_size;
   j["intermediate_size"] = intermediate_size;
@@ -167,7 +173,7 @@ json ModelConfig::to_json() const {
   j["max_position_embeddings"] = max_position_embeddings;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
+  if (arch != Arch::Qwen2) j["attention_bias"] = false;  // Qwen2's biases have no field
   j["torch_dtype"] = "bfloat16";
   if (rope_scaling.type == "llama3") {
     j["rope_scaling"] = {{"rope_type", "llama3"},
@@ -209,7 +215,8 @@ std::vector<float> ModelConfig::rope_inv_freq() const {
 
 int64_t ModelConfig::num_parameters() const {
   int64_t H = hidden_size, I = intermediate_size;
-  int64_t per_layer = H * q_dim() * 2 + H * kv_dim() * 2 + 3 * H * I + 2 * H + (qk_norm ? 2 * head_dim : 0);
+  int64_t per_layer = H * q_dim() * 2 + H * kv_dim() * 2 + 3 * H * I + 2 * H + (qk_norm ? 2 * head_dim : 0) +
+                      (attention_bias ? q_dim() + 2 * kv_dim() : 0);
   return int64_t(vocab_size) * H * (tie_word_embeddings ? 1 : 2) + per_layer * num_layers + H;
 }
 

@@ -7,7 +7,7 @@
 
 namespace dspark {
 
-enum class Arch { Qwen3, Llama };
+enum class Arch { Qwen3, Qwen2, Llama };
 
 struct RopeScaling {
   std::string type;  // "" (none) or "llama3"
@@ -34,7 +34,8 @@ struct ModelConfig {
   // rope_freqs.weight gives them for Llama 3; empty: none.
   std::vector<float> rope_freq_factors;
   bool tie_word_embeddings = false;
-  bool qk_norm = false;  // Qwen3's per-head q_norm / k_norm
+  bool qk_norm = false;         // Qwen3's per-head q_norm / k_norm
+  bool attention_bias = false;  // Qwen2's q_proj / k_proj / v_proj biases
   int max_position_embeddings = 0;
   int bos_token_id = -1;
   std::vector<int> eos_token_ids;

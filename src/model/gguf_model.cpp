@@ -23,6 +23,9 @@ const std::map<std::string, std::string>& layer_names() {
       {"self_attn.v_proj.weight", "attn_v.weight"},
       {"self_attn.o_proj.weight", "attn_output.weight"},
       {"self_attn.q_norm.weight", "attn_q_norm.weight"},
+      {"self_attn.q_proj.bias", "attn_q.bias"},
+      {"self_attn.k_proj.bias", "attn_k.bias"},
+      {"self_attn.v_proj.bias", "attn_v.bias"},
       {"self_attn.k_norm.weight", "attn_k_norm.weight"},
       {"mlp.gate_proj.weight", "ffn_gate.weight"},
       {"mlp.up_proj.weight", "ffn_up.weight"},
@@ -76,10 +79,12 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   nlohmann::json j;
   if (arch == "qwen3") {
     j["architectures"] = {"Qwen3ForCausalLM"};
+  } else if (arch == "qwen2") {
+    j["architectures"] = {"Qwen2ForCausalLM"};
   } else if (arch == "llama") {
     j["architectures"] = {"LlamaForCausalLM"};
   } else {
-    fail(f.path(), ": key 'general.architecture' is '", arch, "' (dspark reads qwen3 and llama GGUF files)");
+    fail(f.path(), ": key 'general.architecture' is '", arch, "' (dspark reads qwen3, qwen2 and llama GGUF files)");
   }
   const auto key = [&](const std::string& s) { return f.arch_key(s); };
   const GgufTensor* embd = f.tensor("token_embd.weight");

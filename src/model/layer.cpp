@@ -41,7 +41,8 @@ struct Marker {
   }
 };
 
-// q/k norm (Qwen3), RoPE, and (when `write_kv`) the K/V write, per row.
+// q/k/v biases (Qwen2), q/k norm (Qwen3), RoPE, and the K/V write, per row. Without `has_q`
+// the rows hold only K and V (at k_offset 0).
 void qk_rope_write(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,
                    const LayerRows& rows, float* qkv, int64_t ld, int64_t k_offset, bool has_q) {
   const int64_t hd = c.head_dim, half = hd / 2;
@@ -51,6 +52,10 @@ void qk_rope_write(const ModelConfig& c, const LayerWeights& L, const PagedKvLay
       float* row = qkv + int64_t(i) * ld;
       float* kr = row + k_offset;
       float* vr = kr + c.kv_dim();
+      if (L.qkv_bias) {
+        if (has_q) add_bias(row, L.qkv_bias, c.q_dim());
+        add_bias(kr, L.qkv_bias + c.q_dim(), 2 * c.kv_dim());
+      }
       if (c.qk_norm) {
         if (has_q) rmsnorm(row, hd, L.q_norm, row, hd, c.num_heads, int(hd), c.rms_norm_eps);
         rmsnorm(kr, hd, L.k_norm, kr, hd, c.num_kv_heads, int(hd), c.rms_norm_eps);

@@ -113,6 +113,8 @@ void save_model_dir(const ModelConfig& cfg, const WeightSource& src, const std::
     else if (ends("gate_proj.weight") || ends("up_proj.weight")) shape = {I, H};
     else if (ends("down_proj.weight")) shape = {H, I};
     else if (ends("q_norm.weight") || ends("k_norm.weight")) shape = {cfg.head_dim};
+    else if (ends("q_proj.bias")) shape = {cfg.q_dim()};
+    else if (ends("k_proj.bias") || ends("v_proj.bias")) shape = {cfg.kv_dim()};
     else shape = {H};
     int64_t n = 1;
     for (int64_t d : shape) n *= d;

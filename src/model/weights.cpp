@@ -130,6 +130,19 @@ const float* WeightArena::vector(const WeightSource& src, const std::string& nam
   return f32(src, name, {n});
 }
 
+const float* WeightArena::stacked_vector(const WeightSource& src,
+                                         const std::vector<std::pair<std::string, int64_t>>& parts) {
+  int64_t n = 0;
+  for (const auto& [name, len] : parts) n += len;
+  auto& v = vectors_.emplace_back(static_cast<size_t>(n));
+  int64_t at = 0;
+  for (const auto& [name, len] : parts) {
+    src.read(name, {len}, DType::F32, v.data() + at, len);
+    at += len;
+  }
+  return v.data();
+}
+
 const float* WeightArena::f32(const WeightSource& src, const std::string& name, const std::vector<int64_t>& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
@@ -155,6 +168,8 @@ std::vector<std::string> decoder_layer_names(const ModelConfig& c, const std::st
     n.push_back(p + "self_attn.q_norm.weight");
     n.push_back(p + "self_attn.k_norm.weight");
   }
+  if (c.attention_bias)
+    for (const char* s : {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"}) n.push_back(p + s);
   return n;
 }
 
@@ -175,6 +190,9 @@ LayerWeights load_decoder_layer(const WeightSource& src, const std::string& p, c
     L.q_norm = arena.vector(src, p + "self_attn.q_norm.weight", c.head_dim);
     L.k_norm = arena.vector(src, p + "self_attn.k_norm.weight", c.head_dim);
   }
+  if (c.attention_bias)
+    L.qkv_bias = arena.stacked_vector(
+        src, {{p + "self_attn.q_proj.bias", q}, {p + "self_attn.k_proj.bias", kv}, {p + "self_attn.v_proj.bias", kv}});
   return L;
 }
 

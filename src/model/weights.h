@@ -24,6 +24,7 @@ struct LayerWeights {
   const float* mlp_norm = nullptr;   // [H]
   const float* q_norm = nullptr;     // [head_dim] (Qwen3)
   const float* k_norm = nullptr;     // [head_dim] (Qwen3)
+  const float* qkv_bias = nullptr;   // [q_dim + 2 kv_dim]: q_proj, k_proj, v_proj biases (Qwen2)
 };
 
 class WeightArena {
@@ -61,6 +62,8 @@ class WeightArena {
   WeightMatrix row_copy(const WeightMatrix& w, std::span<const int32_t> rows);
   // A vector of f32 (norm weights, biases) read from `name` with `n` elements.
   const float* vector(const WeightSource& src, const std::string& name, int64_t n);
+  // One f32 vector of vectors (name, n) read in order, e.g. stacked biases.
+  const float* stacked_vector(const WeightSource& src, const std::vector<std::pair<std::string, int64_t>>& parts);
   // f32 storage of any shape (kept in f32 whatever the arena dtype), e.g. small heads.
   const float* f32(const WeightSource& src, const std::string& name, const std::vector<int64_t>& shape);
   size_t bytes_used() const { return used_; }

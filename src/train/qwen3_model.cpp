@@ -32,10 +32,12 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
 
 AttentionImpl::AttentionImpl(const ModelConfig& c)
     : n_heads(c.num_heads), n_kv(c.num_kv_heads), head_dim(c.head_dim), qk_norm(c.qk_norm) {
-  auto lin = [](int64_t in, int64_t out) { return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false)); };
-  q_proj = register_module("q_proj", lin(c.hidden_size, c.q_dim()));
-  k_proj = register_module("k_proj", lin(c.hidden_size, c.kv_dim()));
-  v_proj = register_module("v_proj", lin(c.hidden_size, c.kv_dim()));
+  auto lin = [](int64_t in, int64_t out, bool bias = false) {
+    return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+  };
+  q_proj = register_module("q_proj", lin(c.hidden_size, c.q_dim(), c.attention_bias));
+  k_proj = register_module("k_proj", lin(c.hidden_size, c.kv_dim(), c.attention_bias));
+  v_proj = register_module("v_proj", lin(c.hidden_size, c.kv_dim(), c.attention_bias));
   o_proj = register_module("o_proj", lin(c.q_dim(), c.hidden_size));
   if (qk_norm) {
     q_norm = register_module("q_norm", RMSNorm(c.head_dim, c.rms_norm_eps));

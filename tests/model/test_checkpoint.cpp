@@ -187,6 +187,29 @@ TEST_F(Checkpoint, UnsupportedArchitecture) {
   expect_error({"config.json", "unsupported architecture", "GPT2LMHeadModel"});
 }
 
+// Qwen2's q/k/v biases are read (checked against the float64 reference in test_reference); a
+// checkpoint without them, biases on another architecture, and sliding-window attention are not.
+TEST_F(Checkpoint, Qwen2NeedsItsBiasesAndFullAttention) {
+  json j = config();
+  j["architectures"] = {"Qwen2ForCausalLM"};
+  write_config(j);
+  expect_error({"unexpected tensor", "k_norm.weight", "Qwen2ForCausalLM"});  // a Qwen3 checkpoint
+  rewrite([](auto& t, auto& w) {
+    for (auto& [n, v] : t)
+      if (n.find("_norm.weight") == std::string::npos || n.find("self_attn") == std::string::npos)
+        w.add(n, v.dtype, v.shape, v.data);
+  });
+  expect_error({"missing tensor", "self_attn.q_proj.bias"});
+  j["use_sliding_window"] = true;
+  write_config(j);
+  expect_error({"config.json", "use_sliding_window"});
+  j = config();
+  j["architectures"] = {"LlamaForCausalLM"};
+  j["attention_bias"] = true;
+  write_config(j);
+  expect_error({"config.json", "attention_bias", "LlamaForCausalLM"});
+}
+
 TEST_F(Checkpoint, NoWeights) {
   fs::remove(file("model.safetensors"));
   expect_error({dir_.string(), "model.safetensors"});

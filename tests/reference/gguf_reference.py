@@ -6,7 +6,7 @@ Writes GGUF v3 files with its own writer, following the published format:
   * DIR/dequant/blocks.gguf: one [3, 512] tensor per ggml type dspark reads (F32, F16, BF16, Q8_0,
     Q4_0, Q5_0, Q4_K, Q6_K) of random blocks, and DIR/dequant/<type>.f64 their values dequantized
     in float64 by the block formulas below;
-  * DIR/<case>/model.gguf + reference.json: tiny random Qwen3 and Llama models whose matrices are
+  * DIR/<case>/model.gguf + reference.json: tiny random Qwen3, Qwen2 and Llama models whose matrices are
     random blocks of one type (or a Q4_K_M-like mix), norms in F32, with the logits of a float64
     forward over the dequantized weights, in the layout of hf_reference.py (the same C++ test
     reads both). Llama's q/k rows are stored interleaved per head, as llama.cpp's converter
@@ -363,6 +363,8 @@ MODEL_CASES = {
     "llama_f32": ("llama", "F32", {}, True),
     "llama_q8_0": ("llama", "Q8_0", {}, True),
     "llama_q4_k": ("llama", "Q4_K", {}, True),
+    "qwen2_q8_0": ("qwen2", "Q8_0", {}, True),
+    "qwen2_q4_k_m": ("qwen2", "Q4_K", {"attn_v": "Q6_K", "ffn_down": "Q6_K", "token_embd": "Q6_K"}, True),
 }
 H, NH, NKV, HD, I, L, V = 256, 4, 2, 64, 512, 2, 300
 
@@ -375,7 +377,7 @@ def llama_permute(w, n_head):
 def make_model_case(out, name, seed):
     arch, mtype, overrides, tied = MODEL_CASES[name]
     rng = np.random.default_rng(seed)
-    hf_arch = {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}[arch]
+    hf_arch = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}[arch]
     cfg = {"architectures": [hf_arch], "vocab_size": V, "hidden_size": H, "intermediate_size": I,
            "num_hidden_layers": L, "num_attention_heads": NH, "num_key_value_heads": NKV, "head_dim": HD,
            "rms_norm_eps": 1e-6, "rope_theta": 10000.0 if arch == "llama" else 1000000.0, "tie_word_embeddings": tied}
@@ -415,6 +417,11 @@ def make_model_case(out, name, seed):
         if arch == "qwen3":
             norm(g + "attn_q_norm.weight", p + "self_attn.q_norm.weight", HD)
             norm(g + "attn_k_norm.weight", p + "self_attn.k_norm.weight", HD)
+        if arch == "qwen2":  # q/k/v biases, F32 as llama.cpp's converter writes them
+            for t, n, std in (("q", NH * HD, 0.5), ("k", NKV * HD, 2.0), ("v", NKV * HD, 0.5)):
+                b = (std * rng.standard_normal(n)).astype(np.float32)
+                tensors.append((g + f"attn_{t}.bias", "F32", [n], b.tobytes()))
+                w[p + f"self_attn.{t}_proj.bias"] = torch.from_numpy(b.astype(np.float64))
         norm(g + "ffn_norm.weight", p + "post_attention_layernorm.weight", H)
         matrix(g + "ffn_gate.weight", p + "mlp.gate_proj.weight", I, H, H ** -0.5)
         matrix(g + "ffn_up.weight", p + "mlp.up_proj.weight", I, H, H ** -0.5)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Independent reference for dspark's engine tests, written with PyTorch only.
 
-Writes random tiny Qwen3 / Llama checkpoints in real HF layout (config.json plus
+Writes random tiny Qwen3 / Qwen2 / Llama checkpoints in real HF layout (config.json plus
 model.safetensors or a sharded index) and, for each, the reference logits of a few
 prompts and a greedy continuation, computed in float64 by a plain PyTorch forward pass
 that follows the HF modeling code (rotate_half RoPE, repeat_kv GQA, causal softmax).
@@ -126,9 +126,12 @@ def forward(cfg, w, ids):
     for i in range(L):
         p = f"model.layers.{i}."
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).view(T, nh, hd).transpose(0, 1)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).view(T, nkv, hd).transpose(0, 1)
+        def proj(name, heads):
+            y = h @ w[p + f"self_attn.{name}.weight"].T
+            if p + f"self_attn.{name}.bias" in w:  # Qwen2
+                y = y + w[p + f"self_attn.{name}.bias"]
+            return y.view(T, heads, hd).transpose(0, 1)
+        q, k, v = proj("q_proj", nh), proj("k_proj", nkv), proj("v_proj", nkv)
         if qwen:
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps)
@@ -156,6 +159,7 @@ CASES = {
     "qwen3_bf16_tied": ("Qwen3ForCausalLM", torch.bfloat16, True, False, None, 8, 2, 16, 96, 2, 192, 320),
     "llama3_f16_sharded_scaled": ("LlamaForCausalLM", torch.float16, False, True, "llama3", 8, 4, 8, 64, 2, 128, 400),
     "llama_f32_mqa_tied": ("LlamaForCausalLM", torch.float32, True, False, None, 4, 1, 32, 128, 2, 256, 300),
+    "qwen2_bf16_bias": ("Qwen2ForCausalLM", torch.bfloat16, True, False, None, 4, 2, 32, 128, 2, 256, 352),
 }
 
 
@@ -163,7 +167,7 @@ def make_case(out, name, seed):
     arch, dtype, tied, sharded, scaling, nh, nkv, hd, H, L, I, V = CASES[name]
     g = torch.Generator().manual_seed(seed)
     cfg = {
-        "architectures": [arch], "model_type": "qwen3" if arch.startswith("Qwen3") else "llama",
+        "architectures": [arch], "model_type": arch[: -len("ForCausalLM")].lower(),
         "vocab_size": V, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
         "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd, "rms_norm_eps": 1e-6,
         "rope_theta": 10000.0 if scaling is None else 500000.0, "max_position_embeddings": 4096,
@@ -191,6 +195,10 @@ def make_case(out, name, seed):
         if arch.startswith("Qwen3"):
             w[p + "self_attn.q_norm.weight"] = norm(hd)
             w[p + "self_attn.k_norm.weight"] = norm(hd)
+        if arch.startswith("Qwen2"):  # q/k/v biases, large as in the published Qwen2 checkpoints
+            w[p + "self_attn.q_proj.bias"] = rnd(nh * hd, std=0.5)
+            w[p + "self_attn.k_proj.bias"] = rnd(nkv * hd, std=2.0)
+            w[p + "self_attn.v_proj.bias"] = rnd(nkv * hd, std=0.5)
         w[p + "post_attention_layernorm.weight"] = norm(H)
         w[p + "mlp.gate_proj.weight"] = rnd(I, H, std=H ** -0.5)
         w[p + "mlp.up_proj.weight"] = rnd(I, H, std=H ** -0.5)

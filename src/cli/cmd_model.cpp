@@ -7,12 +7,15 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "core/crc32.h"
 #include "core/error.h"
 #include "core/gguf.h"
 #include "core/mmap_file.h"
 #include "core/safetensors.h"
 #include "kernels/qgemm.h"
 #include "model/model.h"
+#include "data/token_shards.h"
+#include "runtime/perplexity.h"
 #include "runtime/step_profile.h"
 #include "tokenizer/tokenizer.h"
 
@@ -190,12 +193,97 @@ int model_info(int argc, char** argv) {
   return 0;
 }
 
+// Windows of seq_len + 1 tokens spread evenly over each domain of a tokenized split, at the
+// starts `dspark train eval` uses, so the two commands score the same tokens.
+int model_perplexity(int argc, char** argv) {
+  Args args;
+  args.flag("model", "model directory, or a GGUF file")
+      .flag("data", "tokenized corpus directory (dspark corpus tokenize)")
+      .flag("split", "corpus split", true, "validation")
+      .flag("windows", "windows per domain", true, "64")
+      .flag("seq-len", "tokens predicted per window", true, "512")
+      .flag("agreement-with", "a reference model (loaded in bf16, never quantized): adds the share of positions "
+                              "where both models choose the same greedy token")
+      .flag("json", "print JSON", false);
+  add_runtime_flags(args);
+  if (!args.parse(argc, argv, "model perplexity",
+                  "Per-domain next-token loss and perplexity of a model, as the engine runs it (any --dtype,\n"
+                  "--quantization or GGUF type), on a tokenized corpus split."))
+    return 0;
+  const std::string dir = args.str("model");
+  const int windows = int(args.integer("windows", 1, kFlagIntMax));
+  const int seq_len = int(args.integer("seq-len", 1, kFlagIntMax));
+  const LoadOptions load = apply_runtime_flags(args);
+  TokenShards all = TokenShards::open(args.str("data"), args.str("split"));
+  const ModelConfig cfg = ModelConfig::from_dir(dir);
+  if (seq_len + 1 > cfg.max_position_embeddings)
+    fail("flag --seq-len ", seq_len, " needs ", seq_len + 1, " positions; ", dir, " has max_position_embeddings ",
+         cfg.max_position_embeddings);
+  if (all.vocab_size() > cfg.vocab_size)
+    fail(args.str("data"), ": its tokenizer has ", all.vocab_size(), " ids; ", dir, " embeds ", cfg.vocab_size);
+  if (const auto tj = std::filesystem::path(dir) / "tokenizer.json"; !find_gguf(dir) && std::filesystem::exists(tj))
+    if (crc32_file(tj.string()) != all.tokenizer_crc())
+      fail(args.str("data"), " was tokenized with another tokenizer than ", tj.string(), " (CRC32 differs)");
+  auto m = Model::load(dir, load);
+  std::unique_ptr<Model> base;
+  if (const auto ref = args.opt("agreement-with")) {
+    base = Model::load(*ref, LoadOptions{DType::BF16});
+    if (base->config().vocab_size != m->config().vocab_size)
+      fail("flag --agreement-with: ", *ref, " has a vocabulary of ", base->config().vocab_size, ", ", dir, " of ",
+           m->config().vocab_size);
+  }
+  PerplexityScorer scorer(*m, seq_len + 1);
+  std::unique_ptr<PerplexityScorer> base_scorer;
+  if (base) base_scorer = std::make_unique<PerplexityScorer>(*base, seq_len + 1);
+  json out = json::object();
+  std::vector<int32_t> win(size_t(seq_len) + 1);
+  for (const auto& [domain, size] : all.domain_sizes()) {
+    TokenShards d = TokenShards::open(args.str("data"), args.str("split"), {domain});
+    const int64_t span = seq_len + 1;
+    double nll = 0, losses = 0;
+    int64_t same = 0, predicted = 0;
+    int count = 0;
+    for (int w = 0; w < windows && d.size() > span; ++w) {
+      d.copy((d.size() - span) * w / windows, span, win.data());
+      const WindowScore s = scorer.score(win);
+      nll += s.nll_sum;
+      losses += s.nll_sum / s.predicted;  // mean per window, averaged over windows as train eval does
+      predicted += s.predicted;
+      if (base_scorer) {
+        const WindowScore b = base_scorer->score(win);
+        for (size_t i = 0; i < b.greedy.size(); ++i) same += b.greedy[i] == s.greedy[i];
+      }
+      ++count;
+    }
+    if (!count) continue;
+    json r = {{"loss", losses / count}, {"perplexity", std::exp(losses / count)}, {"windows", count},
+              {"tokens", predicted}};
+    if (base_scorer) r["greedy_agreement"] = double(same) / double(predicted);
+    out[domain] = r;
+  }
+  if (out.empty()) fail(args.str("data"), ": no domain of split '", args.str("split"), "' holds ", seq_len + 2, " tokens");
+  if (args.on("json")) {
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%-14s %8s %11s %8s%s\n", "domain", "loss", "perplexity", "windows",
+              base_scorer ? "  greedy agreement" : "");
+  for (const auto& [domain, r] : out.items()) {
+    std::printf("%-14s %8.4f %11.3f %8d", domain.c_str(), r["loss"].get<double>(), r["perplexity"].get<double>(),
+                r["windows"].get<int>());
+    if (r.contains("greedy_agreement")) std::printf("  %.4f", r["greedy_agreement"].get<double>());
+    std::printf("\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_model(int argc, char** argv) {
   static const Subcommand kWhat[] = {
       {"init", "write a random model of a real shape (with a byte-level tokenizer)", model_init},
       {"info", "validate a model directory and print its shape", model_info},
+      {"perplexity", "per-domain loss and perplexity of a model on a tokenized corpus split", model_perplexity},
   };
   return run_subcommand("dspark model", kWhat, argc, argv);
 }

@@ -76,9 +76,9 @@ inline ChiSquare chi_square(const std::vector<int64_t>& counts, const std::vecto
 // The target's exact joint distribution of the first n tokens after `prompt` under `sp`
 // (vocab^n cells, in row-major token order), by prefilling every prefix.
 inline std::vector<double> exact_joint(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& sp,
-                                       int n) {
+                                       int n, DType kv_dtype = DType::F32) {
   const ModelConfig& c = target.config();
-  KvCache kv(c.num_layers, c.num_kv_heads, c.head_dim, DType::F32, 1 << 12);
+  KvCache kv(c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype, 1 << 12);
   Forward fwd(target, kv);
   Sampler sampler;
   std::vector<float> p(size_t(c.vocab_size));

@@ -67,7 +67,13 @@ int bench_step(int argc, char** argv) {
     model = Model::load(name, load);
   } else {
     name = args.str("shape");
-    model = Model::build(shape_config(name), *random_source(7), load);
+    ModelConfig cfg = shape_config(name);
+    if (!load.hf_overrides.is_null()) {  // as Model::load applies them to a config.json
+      nlohmann::json j = cfg.to_json();
+      j.merge_patch(load.hf_overrides);
+      cfg = ModelConfig::from_json(j, "--shape " + name + " with --hf-overrides");
+    }
+    model = Model::build(cfg, *random_source(7), load);
   }
   StepProfileOptions opt;
   opt.contexts = args.int_list("contexts", 1, 1 << 24);

@@ -119,6 +119,9 @@ int model_info(int argc, char** argv) {
   const ModelConfig& c = m->config();
   json j = c.to_json();
   j["parameters"] = c.num_parameters();
+  j["max_model_len"] = c.max_position_embeddings;  // with rope scaling: the pretrained length x factor
+  const Rope rope = c.rope();
+  j["rope_attention_factor"] = rope.scale;
   const auto gguf = find_gguf(dir);
   if (gguf || std::filesystem::exists(std::filesystem::path(dir) / "tokenizer.json"))
     j["tokenizer_vocab"] = Tokenizer::from_dir(dir)->vocab_size();
@@ -215,7 +218,7 @@ int model_perplexity(int argc, char** argv) {
   const int seq_len = int(args.integer("seq-len", 1, kFlagIntMax));
   const LoadOptions load = apply_runtime_flags(args);
   TokenShards all = TokenShards::open(args.str("data"), args.str("split"));
-  const ModelConfig cfg = ModelConfig::from_dir(dir);
+  const ModelConfig cfg = ModelConfig::from_dir(dir, load.hf_overrides);
   if (seq_len + 1 > cfg.max_position_embeddings)
     fail("flag --seq-len ", seq_len, " needs ", seq_len + 1, " positions; ", dir, " has max_position_embeddings ",
          cfg.max_position_embeddings);

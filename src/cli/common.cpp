@@ -18,6 +18,9 @@ void add_runtime_flags(Args& args) {
             "quantized kernels (with --dtype f32: dequantized to f32)",
             true, "none");
   args.flag("threads", "compute threads (0: all cores)", true, "0");
+  args.flag("hf-overrides", "JSON merged into the model's config.json (or GGUF metadata) before it is read, as vLLM's\n"
+                            "--hf-overrides: e.g. '{\"rope_scaling\": {\"rope_type\": \"yarn\", \"factor\": 4.0,\n"
+                            "\"original_max_position_embeddings\": 32768}}'");
 }
 
 LoadOptions apply_runtime_flags(const Args& args) {
@@ -29,6 +32,11 @@ LoadOptions apply_runtime_flags(const Args& args) {
     const auto t = ggml_type_from_name(q);
     if (!t || !can_quantize(*t)) fail("flag --quantization must be none, q8_0, q4_0, q5_0 or q4_k, got '", q, "'");
     load.quantization = *t;
+  }
+  if (const auto o = args.opt("hf-overrides")) {
+    load.hf_overrides = nlohmann::json::parse(*o, nullptr, false);
+    if (load.hf_overrides.is_discarded() || !load.hf_overrides.is_object())
+      fail("flag --hf-overrides must be a JSON object, got '", *o, "'");
   }
   set_num_threads(int(args.integer("threads", 0, 1024)));
   gemm_backend();  // resolves DSPARK_GEMM now: a bad value is refused before any work

@@ -97,22 +97,46 @@ ModelConfig ModelConfig::from_json(const json& j, const std::string& src) {
     c.rope_theta = rr.positive_float_or("rope_theta", c.rope_theta);
     if (!rs) rs = rp;
   }
-  if (rs) {
+  c.config_max_position_embeddings = c.max_position_embeddings;
+  if (rs && !rs->is_null()) {
     if (!rs->is_object()) fail(src, ": field 'rope_scaling' must be an object or null");
     std::string type;
     if (auto t = rs->find("rope_type"); t != rs->end() && t->is_string()) type = t->get<std::string>();
     else if (auto t2 = rs->find("type"); t2 != rs->end() && t2->is_string()) type = t2->get<std::string>();
+    Reader sr{*rs, src};
+    RopeScaling& s = c.rope_scaling;
     if (type == "llama3") {
-      Reader sr{*rs, src};
-      c.rope_scaling.type = type;
-      c.rope_scaling.factor = sr.positive_float_or("factor", 8.f);
-      c.rope_scaling.low_freq_factor = sr.positive_float_or("low_freq_factor", 1.f);
-      c.rope_scaling.high_freq_factor = sr.positive_float_or("high_freq_factor", 4.f);
-      c.rope_scaling.original_max_position_embeddings = sr.positive_int_or("original_max_position_embeddings", 8192);
-      if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor)
+      s.type = type;
+      s.factor = sr.positive_float_or("factor", 8.f);
+      s.low_freq_factor = sr.positive_float_or("low_freq_factor", 1.f);
+      s.high_freq_factor = sr.positive_float_or("high_freq_factor", 4.f);
+      s.original_max_position_embeddings = sr.positive_int_or("original_max_position_embeddings", 8192);
+      if (s.high_freq_factor <= s.low_freq_factor)
         fail(src, ": rope_scaling 'high_freq_factor' must exceed 'low_freq_factor'");
+    } else if (type == "yarn" || type == "linear" || type == "dynamic") {
+      s.type = type;
+      if (!sr.find("factor")) fail(src, ": rope_scaling of type '", type, "' needs 'factor'");
+      s.factor = sr.positive_float_or("factor", 1.f);
+      if (s.factor < 1.f) fail(src, ": rope_scaling 'factor' must be at least 1, got ", s.factor);
+      int base_len = c.max_position_embeddings;
+      if (type == "yarn") {
+        s.original_max_position_embeddings =
+            sr.positive_int_or("original_max_position_embeddings", c.max_position_embeddings);
+        base_len = s.original_max_position_embeddings;
+        s.beta_fast = sr.positive_float_or("beta_fast", 32.f);
+        s.beta_slow = sr.positive_float_or("beta_slow", 1.f);
+        s.attention_factor = sr.positive_float_or("attention_factor", 0.f);
+        s.mscale = sr.positive_float_or("mscale", 0.f);
+        s.mscale_all_dim = sr.positive_float_or("mscale_all_dim", 0.f);
+        s.truncate = sr.bool_or("truncate", true);
+        if (s.beta_fast <= s.beta_slow) fail(src, ": rope_scaling 'beta_fast' must exceed 'beta_slow'");
+      }
+      // vLLM's max_model_len: the pretrained length times the factor.
+      const double longest = double(base_len) * double(s.factor);
+      if (longest > double(1 << 30)) fail(src, ": rope_scaling gives a context of ", longest, " positions (at most 2^30)");
+      c.max_position_embeddings = int(longest);
     } else if (!type.empty() && type != "default") {
-      fail(src, ": unsupported rope scaling type '", type, "' (supported: llama3, default)");
+      fail(src, ": unsupported rope scaling type '", type, "' (supported: yarn, linear, dynamic, llama3, default)");
     }
   }
   c.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
@@ -150,11 +174,15 @@ ModelConfig ModelConfig::from_file(const std::string& path) {
   return from_json(j, path);
 }
 
-ModelConfig ModelConfig::from_dir(const std::string& dir) {
-  if (const auto gguf = find_gguf(dir)) return gguf_model_config(GgufFile(*gguf));
+ModelConfig ModelConfig::from_dir(const std::string& dir, const json& overrides) {
+  if (const auto gguf = find_gguf(dir)) return gguf_model_config(GgufFile(*gguf), overrides);
   auto p = std::filesystem::path(dir) / "config.json";
   if (!std::filesystem::exists(p)) fail(dir, ": no config.json in the model directory");
-  return from_file(p.string());
+  if (overrides.is_null()) return from_file(p.string());
+  json j = json::parse(read_text_file(p.string()), nullptr, false);
+  if (j.is_discarded()) fail(p.string(), ": malformed JSON");
+  j.merge_patch(overrides);
+  return from_json(j, p.string() + " with --hf-overrides");
 }
 
 json ModelConfig::to_json() const {
@@ -170,12 +198,25 @@ json ModelConfig::to_json() const {
   j["head_dim"] = head_dim;
   j["rms_norm_eps"] = rms_norm_eps;
   j["rope_theta"] = rope_theta;
-  j["max_position_embeddings"] = max_position_embeddings;
+  j["max_position_embeddings"] = config_max_position_embeddings ? config_max_position_embeddings : max_position_embeddings;
   j["tie_word_embeddings"] = tie_word_embeddings;
   j["hidden_act"] = "silu";
   if (arch != Arch::Qwen2) j["attention_bias"] = false;  // Qwen2's biases have no field
   j["torch_dtype"] = "bfloat16";
-  if (rope_scaling.type == "llama3") {
+  const RopeScaling& s = rope_scaling;
+  if (s.type == "yarn") {
+    j["rope_scaling"] = {{"rope_type", "yarn"},
+                         {"factor", s.factor},
+                         {"original_max_position_embeddings", s.original_max_position_embeddings},
+                         {"beta_fast", s.beta_fast},
+                         {"beta_slow", s.beta_slow},
+                         {"truncate", s.truncate}};
+    if (s.attention_factor > 0) j["rope_scaling"]["attention_factor"] = s.attention_factor;
+    if (s.mscale > 0) j["rope_scaling"]["mscale"] = s.mscale;
+    if (s.mscale_all_dim > 0) j["rope_scaling"]["mscale_all_dim"] = s.mscale_all_dim;
+  } else if (s.type == "linear" || s.type == "dynamic") {
+    j["rope_scaling"] = {{"rope_type", s.type}, {"factor", s.factor}};
+  } else if (rope_scaling.type == "llama3") {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", rope_scaling.factor},
                          {"low_freq_factor", rope_scaling.low_freq_factor},
@@ -188,29 +229,64 @@ json ModelConfig::to_json() const {
   return j;
 }
 
-std::vector<float> ModelConfig::rope_inv_freq() const {
+Rope ModelConfig::rope() const {
   const int half = head_dim / 2;
-  std::vector<float> inv(half);
-  for (int i = 0; i < half; ++i)
-    inv[i] = 1.f / std::pow(rope_theta, float(2 * i) / float(head_dim));
-  if (rope_scaling.type == "llama3") {
-    const auto& s = rope_scaling;
-    const float old_len = float(s.original_max_position_embeddings);
-    const float low_wavelen = old_len / s.low_freq_factor;
-    const float high_wavelen = old_len / s.high_freq_factor;
-    for (float& f : inv) {
-      const float wavelen = 2.f * float(M_PI) / f;
+  const double dim = head_dim, base = rope_theta;
+  const RopeScaling& s = rope_scaling;
+  Rope r;
+  std::vector<double>& inv = r.inv_freq;
+  inv.resize(size_t(half));
+  // dynamic: the NTK-scaled base at the longest context, fixed (as vLLM computes it), so keys
+  // cached at one length stay valid at any other.
+  const double theta =
+      s.type == "dynamic" ? base * std::pow(double(s.factor) * s.factor - (s.factor - 1.0), dim / (dim - 2)) : base;
+  for (int i = 0; i < half; ++i) inv[size_t(i)] = 1.0 / std::pow(theta, double(2 * i) / dim);
+  if (s.type == "linear") {
+    for (double& f : inv) f /= s.factor;
+  } else if (s.type == "yarn") {
+    // Dimensions rotating more than beta_fast times over the pretrained context keep their
+    // frequency, fewer than beta_slow times are interpolated by the factor, a linear ramp between.
+    const double old_len = s.original_max_position_embeddings;
+    auto correction_dim = [&](double rotations) {
+      return dim * std::log(old_len / (rotations * 2 * M_PI)) / (2 * std::log(base));
+    };
+    double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+    if (s.truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, dim - 1);
+    if (low == high) high += 0.001;
+    for (int i = 0; i < half; ++i) {
+      const double ramp = std::clamp((double(i) - low) / (high - low), 0.0, 1.0);
+      const double keep = 1.0 - ramp;  // the share of the extrapolated (unchanged) frequency
+      double& f = inv[size_t(i)];
+      f = f / s.factor * (1.0 - keep) + f * keep;
+    }
+    auto mscale = [&](double m) { return s.factor <= 1 ? 1.0 : 0.1 * m * std::log(double(s.factor)) + 1.0; };
+    r.scale = s.attention_factor > 0                       ? double(s.attention_factor)
+              : (s.mscale > 0 && s.mscale_all_dim > 0) ? mscale(s.mscale) / mscale(s.mscale_all_dim)
+                                                       : mscale(1.0);
+  } else if (s.type == "llama3") {
+    const double old_len = s.original_max_position_embeddings;
+    const double low_wavelen = old_len / s.low_freq_factor;
+    const double high_wavelen = old_len / s.high_freq_factor;
+    for (double& f : inv) {
+      const double wavelen = 2 * M_PI / f;
       if (wavelen < high_wavelen) continue;
       if (wavelen > low_wavelen) {
         f = f / s.factor;
       } else {
-        const float smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
-        f = (1.f - smooth) * f / s.factor + smooth * f;
+        const double smooth = (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        f = (1 - smooth) * f / s.factor + smooth * f;
       }
     }
   }
   for (size_t i = 0; i < rope_freq_factors.size() && i < inv.size(); ++i) inv[i] /= rope_freq_factors[i];
-  return inv;
+  return r;
+}
+
+std::vector<float> ModelConfig::rope_inv_freq() const {
+  const Rope r = rope();
+  return std::vector<float>(r.inv_freq.begin(), r.inv_freq.end());
 }
 
 int64_t ModelConfig::num_parameters() const {

@@ -124,7 +124,7 @@ const ForwardOutput& Forward::run(const Batch& b, const ForwardRequest& req) {
            kv_.length(b.seq_ids[size_t(i)]));
   }
 
-  rope_tables(model_.rope_inv_freq(), b.positions.data(), n, cos_.data(), sin_.data());
+  rope_tables(model_.rope(), b.positions.data(), n, cos_.data(), sin_.data());
 
   float* h = h_.data();
   embed_rows(model_.embed().data, model_.dtype(), int(H), b.tokens.data(), n, h, H);

@@ -74,7 +74,7 @@ std::string hf_tensor_name(const std::string& g) {
   return "";
 }
 
-ModelConfig gguf_model_config(const GgufFile& f) {
+ModelConfig gguf_model_config(const GgufFile& f, const nlohmann::json& overrides) {
   const std::string arch = f.str("general.architecture");
   nlohmann::json j;
   if (arch == "qwen3") {
@@ -103,7 +103,17 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   if (f.find(key("context_length"))) j["max_position_embeddings"] = f.integer(key("context_length"));
   if (f.find(key("rope.scaling.type"))) {
     const std::string t = f.str(key("rope.scaling.type"));
-    if (t != "none") fail(f.path(), ": key '", key("rope.scaling.type"), "' is '", t, "' (dspark reads none)");
+    if (t == "yarn" || t == "linear") {
+      nlohmann::json rs = {{"rope_type", t}, {"factor", f.number(key("rope.scaling.factor"))}};
+      if (f.find(key("rope.scaling.original_context_length")))
+        rs["original_max_position_embeddings"] = f.integer(key("rope.scaling.original_context_length"));
+      if (f.find(key("rope.scaling.yarn_beta_fast"))) rs["beta_fast"] = f.number(key("rope.scaling.yarn_beta_fast"));
+      if (f.find(key("rope.scaling.yarn_beta_slow"))) rs["beta_slow"] = f.number(key("rope.scaling.yarn_beta_slow"));
+      if (f.find(key("rope.scaling.attn_factor"))) rs["attention_factor"] = f.number(key("rope.scaling.attn_factor"));
+      j["rope_scaling"] = rs;
+    } else if (t != "none") {
+      fail(f.path(), ": key '", key("rope.scaling.type"), "' is '", t, "' (dspark reads none, linear and yarn)");
+    }
   }
   j["tie_word_embeddings"] = f.tensor("output.weight") == nullptr;
   if (f.find("tokenizer.ggml.bos_token_id")) j["bos_token_id"] = f.integer("tokenizer.ggml.bos_token_id");
@@ -111,7 +121,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"})
     if (f.find(k) && std::find(eos.begin(), eos.end(), f.integer(k)) == eos.end()) eos.push_back(f.integer(k));
   if (!eos.empty()) j["eos_token_id"] = eos;
-  ModelConfig c = ModelConfig::from_json(j, f.path());
+  if (!overrides.is_null()) j.merge_patch(overrides);
+  ModelConfig c = ModelConfig::from_json(j, overrides.is_null() ? f.path() : f.path() + " with --hf-overrides");
   if (const GgufTensor* rf = f.tensor("rope_freqs.weight")) {
     if (rf->type != GgmlType::F32 || rf->ne.size() != 1 || rf->ne[0] != c.head_dim / 2)
       fail(f.path(), ": tensor 'rope_freqs.weight' must be F32 [", c.head_dim / 2, "], not ", ggml_type_name(rf->type), " ",

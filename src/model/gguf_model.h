@@ -2,6 +2,8 @@
 // names (dequantized on read), for the architectures qwen3 and llama.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <memory>
 #include <string>
 
@@ -13,7 +15,8 @@ namespace dspark {
 
 // The model's config from the file's metadata ("<arch>.block_count", ...), validated as an HF
 // config.json is. Errors name the file and the key.
-ModelConfig gguf_model_config(const GgufFile& f);
+// `overrides` (--hf-overrides) is merged into the HF-style config built from the metadata.
+ModelConfig gguf_model_config(const GgufFile& f, const nlohmann::json& overrides = nullptr);
 
 // The GGUF name of an HF tensor name ("model.layers.3.self_attn.q_proj.weight" ->
 // "blk.3.attn_q.weight"), or "" when GGUF has none; and back.

@@ -78,27 +78,26 @@ void LayerScratch::ensure(const ModelConfig& c, int n, int64_t in) {
   act.resize(rows * size_t(c.intermediate_size));
 }
 
-void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, int n, float* cos,
-                 float* sin) {
-  const size_t half = inv_freq.size();
+void rope_tables(const Rope& rope, const int32_t* positions, int n, float* cos, float* sin) {
+  const size_t half = rope.inv_freq.size();
   for (int i = 0; i < n; ++i) {
-    const float pos = float(positions[i]);
+    const double pos = positions[i];
     for (size_t j = 0; j < half; ++j) {
-      const float a = pos * inv_freq[j];
-      cos[size_t(i) * half + j] = std::cos(a);
-      sin[size_t(i) * half + j] = std::sin(a);
+      const double a = pos * rope.inv_freq[j];
+      cos[size_t(i) * half + j] = float(rope.scale * std::cos(a));
+      sin[size_t(i) * half + j] = float(rope.scale * std::sin(a));
     }
   }
 }
 
-LayerRows SeqRows::make_blocks(const std::vector<float>& inv_freq, std::span<const Block> blocks,
+LayerRows SeqRows::make_blocks(const Rope& rope, std::span<const Block> blocks,
                                Visibility v) {
   int n = 0;
   for (const Block& b : blocks) n += b.n;
   positions.resize(size_t(n));
   visible.resize(size_t(n));
   tables.resize(size_t(n));
-  const size_t half = inv_freq.size();
+  const size_t half = rope.inv_freq.size();
   cos.resize(size_t(n) * half);
   sin.resize(size_t(n) * half);
   int row = 0;
@@ -108,7 +107,7 @@ LayerRows SeqRows::make_blocks(const std::vector<float>& inv_freq, std::span<con
       visible[size_t(row)] = v == Visibility::Causal ? b.p0 + i + 1 : b.p0 + b.n;
       tables[size_t(row)] = b.table;
     }
-  rope_tables(inv_freq, positions.data(), n, cos.data(), sin.data());
+  rope_tables(rope, positions.data(), n, cos.data(), sin.data());
   return {n,          positions.data(), tables.data(), v == Visibility::None ? nullptr : visible.data(),
           cos.data(), sin.data()};
 }

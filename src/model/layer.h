@@ -43,11 +43,11 @@ struct SeqRows {
     const int32_t* table;
     int p0, n;
   };
-  LayerRows make_blocks(const std::vector<float>& inv_freq, std::span<const Block> blocks, Visibility v);
+  LayerRows make_blocks(const Rope& rope, std::span<const Block> blocks, Visibility v);
   // One block.
-  LayerRows make(const std::vector<float>& inv_freq, const int32_t* table, int p0, int n, Visibility v) {
+  LayerRows make(const Rope& rope, const int32_t* table, int p0, int n, Visibility v) {
     const Block b{table, p0, n};
-    return make_blocks(inv_freq, std::span<const Block>(&b, 1), v);
+    return make_blocks(rope, std::span<const Block>(&b, 1), v);
   }
 };
 
@@ -57,9 +57,9 @@ struct LayerScratch {
   void ensure(const ModelConfig& c, int n, int64_t in);
 };
 
-// cos/sin of position * inv_freq (f32, as HF computes them), half = inv_freq.size() per row.
-void rope_tables(const std::vector<float>& inv_freq, const int32_t* positions, int n, float* cos,
-                 float* sin);
+// rope.scale * cos/sin of position * inv_freq, the angle in float64 (exact to f32 rounding at any
+// position up to 2^31), half = inv_freq.size() values per row.
+void rope_tables(const Rope& rope, const int32_t* positions, int n, float* cos, float* sin);
 
 // h[n, H] += attention(input_layernorm(h)); h += mlp(post_attention_layernorm(h)).
 // Writes the rows' K/V into `kv` at their positions before attending.

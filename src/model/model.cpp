@@ -29,9 +29,9 @@ std::vector<std::string> expected_tensor_names(const ModelConfig& c) {
 
 namespace {
 
-std::unique_ptr<WeightSource> open_gguf(const std::string& path, ModelConfig* cfg) {
+std::unique_ptr<WeightSource> open_gguf(const std::string& path, ModelConfig* cfg, const nlohmann::json& overrides) {
   auto f = std::make_shared<const GgufFile>(path);
-  *cfg = gguf_model_config(*f);
+  *cfg = gguf_model_config(*f, overrides);
   auto expected = expected_tensor_names(*cfg);
   std::set<std::string> known(expected.begin(), expected.end());
   for (const GgufTensor& t : f->tensors()) {
@@ -48,12 +48,12 @@ std::unique_ptr<WeightSource> open_gguf(const std::string& path, ModelConfig* cf
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& opt) {
   if (const auto gguf = find_gguf(dir)) {
     ModelConfig cfg;
-    auto src = open_gguf(*gguf, &cfg);
+    auto src = open_gguf(*gguf, &cfg, opt.hf_overrides);
     auto m = build(cfg, *src, opt);
     m->path_ = *gguf;
     return m;
   }
-  ModelConfig cfg = ModelConfig::from_dir(dir);
+  ModelConfig cfg = ModelConfig::from_dir(dir, opt.hf_overrides);
   auto store = TensorStore::open_dir(dir);
   // Every tensor must be one the architecture uses (a few known extras are tolerated).
   auto expected = expected_tensor_names(cfg);
@@ -95,7 +95,7 @@ std::unique_ptr<Model> Model::build(const ModelConfig& cfg, const WeightSource& 
   } else {
     m->lm_head_ = a.stacked(src, {{"lm_head.weight", V}}, H);
   }
-  m->inv_freq_ = cfg.rope_inv_freq();
+  m->rope_ = cfg.rope();
   return m;
 }
 

@@ -24,6 +24,9 @@ struct LoadOptions {
   // hold its dequantized values in `dtype`: the quantized model's outputs, at the bf16 model's
   // speed. A K-quant falls back to Q5_0 for matrices whose rows are not a multiple of 256.
   std::optional<GgmlType> quantization;
+  // Merged into config.json (or a GGUF file's metadata) before it is read: vLLM's --hf-overrides,
+  // e.g. {"rope_scaling": {...}, "max_position_embeddings": N}.
+  nlohmann::json hf_overrides;
 };
 
 class Model {
@@ -40,7 +43,7 @@ class Model {
   const WeightMatrix& embed() const { return embed_; }      // [V, H]
   const WeightMatrix& lm_head() const { return lm_head_; }  // [V, H] (the embedding when tied)
   const float* final_norm() const { return final_norm_; }
-  const std::vector<float>& rope_inv_freq() const { return inv_freq_; }
+  const Rope& rope() const { return rope_; }
   size_t weight_bytes() const { return arena_->bytes_used(); }  // bytes of all matrices held
   // With LoadOptions::quantization: the type each matrix was quantized to, by HF tensor name.
   const std::map<std::string, GgmlType>& quantized_types() const { return quantized_; }
@@ -53,7 +56,7 @@ class Model {
   std::vector<LayerWeights> layers_;
   WeightMatrix embed_, lm_head_;
   const float* final_norm_ = nullptr;
-  std::vector<float> inv_freq_;
+  Rope rope_;
   std::map<std::string, GgmlType> quantized_;
 };
 

@@ -80,7 +80,7 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target,
     draft_lm_head_ = arena_->row_copy(*head, to_target_);
     draft_head_ = &draft_lm_head_;
   }
-  inv_freq_ = L.rope_inv_freq();
+  rope_ = L.rope();
   if (cfg.int8_weights) {  // never the target's embeddings or head, which this arena does not hold
     quantize_int8_if_paired(fc_);
     for (LayerWeights& lw : layers_) quantize_int8_if_paired(lw);
@@ -175,7 +175,7 @@ void DflashBackbone::add_contexts(std::span<const AcceptJob> jobs) {
   ctx_.resize(size_t(n) * size_t(H));
   gemm(in, n, fc_.k, fc_, ctx_.data(), H);
   rmsnorm(ctx_.data(), H, hidden_norm_, ctx_.data(), H, n, int(H), L.rms_norm_eps);
-  const LayerRows lr = rows_.make_blocks(inv_freq_, blocks_, SeqRows::Visibility::None);
+  const LayerRows lr = rows_.make_blocks(rope_, blocks_, SeqRows::Visibility::None);
   for (int l = 0; l < L.num_layers; ++l)
     inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
 }
@@ -211,7 +211,7 @@ void DflashBackbone::draft_logits(std::span<const DraftJob> jobs, int first_row,
   h_.resize(size_t(n) * size_t(H));
   out_.resize(size_t(n) * size_t(H));
   embed_rows(embed_->data, embed_->dtype, int(H), block_tokens_.data(), n, h_.data(), H);
-  const LayerRows lr = rows_.make_blocks(inv_freq_, blocks_, SeqRows::Visibility::WholeBlock);
+  const LayerRows lr = rows_.make_blocks(rope_, blocks_, SeqRows::Visibility::WholeBlock);
   for (int l = 0; l < L.num_layers; ++l)
     decoder_layer(L, layers_[size_t(l)], kv_.layer(l), lr, h_.data(), scratch_);
   for (const DraftJob& j : jobs)

@@ -85,7 +85,7 @@ class DflashBackbone {
   const WeightMatrix* full_head_ =
       nullptr;  // [target vocab, H]; null when only the draft one exists
   const WeightMatrix* draft_head_ = nullptr;  // [draft vocab, H]; null without a draft vocabulary
-  std::vector<float> inv_freq_;
+  Rope rope_;
   int target_vocab_ = 0;
   std::vector<int32_t> to_target_;
   Buffer<float> qd_;

@@ -75,7 +75,7 @@ class Eagle3Drafter : public Drafter {
       for (int i = 0; i < draft_vocab_; ++i) to_target_.push_back(i);
     if (int(to_target_.size()) != draft_vocab_)
       fail(cfg.path, ": draft_vocab_size ", draft_vocab_, " but the draft vocabulary maps ", to_target_.size(), " ids");
-    inv_freq_ = L.rope_inv_freq();
+    rope_ = L.rope();
     if (cfg.int8_weights) {
       quantize_int8_if_paired(fc_);
       quantize_int8_if_paired(layer_);
@@ -269,7 +269,7 @@ class Eagle3Drafter : public Drafter {
       if (cfg_.norm_before_residual) std::memcpy(r, in_.data() + int64_t(i) * 2 * H + H, size_t(H) * 4);
       else std::memcpy(r, g + int64_t(i) * H, size_t(H) * 4);
     }
-    const LayerRows lr = rows_.make_blocks(inv_freq_, blocks, SeqRows::Visibility::Causal);
+    const LayerRows lr = rows_.make_blocks(rope_, blocks, SeqRows::Visibility::Causal);
     attention_block(L, layer_, kv_.layer(0), lr, in_.data(), 2 * H, res_.data(), scratch_);
     mlp_block(L, layer_, n, res_.data(), scratch_);
     for (size_t i = 0; i < upper_.size(); ++i) decoder_layer(L, upper_[i], kv_.layer(int(i) + 1), lr, res_.data(), scratch_);
@@ -288,7 +288,7 @@ class Eagle3Drafter : public Drafter {
   const float* hidden_norm_ = nullptr;
   const float* norm_ = nullptr;
   std::vector<int32_t> to_target_;
-  std::vector<float> inv_freq_;
+  Rope rope_;
   std::unordered_map<int, State> states_;
   LayerScratch scratch_;
   Sampler sampler_;

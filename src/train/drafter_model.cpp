@@ -85,6 +85,7 @@ BlockDrafterImpl::BlockDrafterImpl(const DrafterConfig& c, int64_t target_hidden
   if (c.method == SpecMethod::DSpark && c.confidence_head)
     confidence_head =
         register_module("confidence_head", ConfidenceHead(H + (c.confidence_with_markov ? c.markov_rank : 0)));
+  if (L.rope().scale != 1.0) fail("drafter layer config: YaRN's attention factor is not trained (rope_scaling of type yarn)");
   auto inv = L.rope_inv_freq();
   inv_freq = register_buffer("inv_freq", torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone());
 }
@@ -138,6 +139,7 @@ Eagle3DrafterImpl::Eagle3DrafterImpl(const DrafterConfig& c, int64_t target_hidd
   for (int i = 1; i < L.num_layers; ++i) layers->push_back(DraftLayer(L));
   norm = register_module("norm", RMSNorm(H, L.rms_norm_eps));
   lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(H, draft_vocab).bias(false)));
+  if (L.rope().scale != 1.0) fail("drafter layer config: YaRN's attention factor is not trained (rope_scaling of type yarn)");
   auto inv = L.rope_inv_freq();
   inv_freq = register_buffer("inv_freq", torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone());
 }

@@ -121,6 +121,7 @@ CausalLMImpl::CausalLMImpl(const ModelConfig& c) : cfg_(c) {
   model = register_module("model", Body(c));
   if (!c.tie_word_embeddings)
     lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(c.hidden_size, c.vocab_size).bias(false)));
+  rope_scale_ = c.rope().scale;
   auto inv = c.rope_inv_freq();
   inv_freq_ = register_buffer("inv_freq", torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone());
 }
@@ -134,7 +135,7 @@ std::pair<torch::Tensor, torch::Tensor> CausalLMImpl::rope_tables(int64_t T) con
   auto pos = torch::arange(T, inv_freq_.options()).unsqueeze(1);
   auto freqs = pos * inv_freq_.unsqueeze(0);
   auto emb = torch::cat({freqs, freqs}, -1);
-  return {emb.cos(), emb.sin()};
+  return {emb.cos() * rope_scale_, emb.sin() * rope_scale_};  // YaRN's attention factor (1 otherwise)
 }
 
 LmOutput CausalLMImpl::forward(const torch::Tensor& tokens, bool want_logits, const std::vector<int>& tap_layers) {

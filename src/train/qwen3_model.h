@@ -92,6 +92,7 @@ class CausalLMImpl : public torch::nn::Module {
  private:
   ModelConfig cfg_;
   torch::Tensor inv_freq_;  // [hd/2]
+  double rope_scale_ = 1.0;
 };
 TORCH_MODULE(CausalLM);
 

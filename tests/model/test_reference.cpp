@@ -12,6 +12,7 @@
 #include "core/mmap_file.h"
 #include "kernels/ops.h"
 #include "model/forward.h"
+#include "model/layer.h"
 
 namespace dspark {
 namespace {
@@ -25,6 +26,9 @@ struct Reference {
   int P = 0, T = 0, V = 0;
   std::vector<std::vector<int32_t>> greedy;
   std::vector<int> greedy_prompts;
+  // RoPE tables in float64 at positions up to 128K (absent in the GGUF cases).
+  std::vector<int32_t> rope_positions;
+  std::vector<std::vector<double>> rope_cos, rope_sin;
 
   const float* row(int p, int t) const { return logits.data() + (size_t(p) * T + t) * V; }
 };
@@ -46,6 +50,11 @@ std::vector<Reference> load_references() {
     in.read(reinterpret_cast<char*>(r.logits.data()), std::streamsize(r.logits.size() * 4));
     r.greedy = j["greedy"].get<std::vector<std::vector<int32_t>>>();
     r.greedy_prompts = j["greedy_prompts"].get<std::vector<int>>();
+    if (j.contains("rope")) {
+      r.rope_positions = j["rope"]["positions"].get<std::vector<int32_t>>();
+      r.rope_cos = j["rope"]["cos"].get<std::vector<std::vector<double>>>();
+      r.rope_sin = j["rope"]["sin"].get<std::vector<std::vector<double>>>();
+    }
     refs.push_back(std::move(r));
   }
   std::sort(refs.begin(), refs.end(), [](auto& a, auto& b) { return a.dir < b.dir; });
@@ -223,6 +232,35 @@ TEST(Reference, F32RowsAreBatchInvariant) {
       for (int v = 0; v < c.vocab_size; ++v)
         ASSERT_EQ(o.logits_row(int(k))[v], single[k][size_t(v)]) << r.dir << " row " << k << " token " << v;
   }
+}
+
+// RoPE at long positions: the engine's cos/sin tables (yarn with its attention factor, linear,
+// dynamic, llama3 and plain) against the float64 reference at positions up to 131,071, where an
+// angle computed in f32 would be off by up to 1e-2.
+TEST(Reference, RopeTablesMatchAtLongPositions) {
+  int checked = 0;
+  for (const Reference& r : refs()) {
+    if (r.rope_positions.empty()) continue;
+    const ModelConfig c = ModelConfig::from_dir(r.dir);
+    const Rope rope = c.rope();
+    const size_t half = rope.inv_freq.size(), n = r.rope_positions.size();
+    ASSERT_EQ(r.rope_cos.size(), n);
+    std::vector<float> cos(n * half), sin(n * half);
+    rope_tables(rope, r.rope_positions.data(), int(n), cos.data(), sin.data());
+    double worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(r.rope_cos[i].size(), half) << r.dir;
+      for (size_t j = 0; j < half; ++j) {
+        worst = std::max(worst, std::abs(double(cos[i * half + j]) - r.rope_cos[i][j]));
+        worst = std::max(worst, std::abs(double(sin[i * half + j]) - r.rope_sin[i][j]));
+      }
+    }
+    std::printf("%s: rope scaling '%s', scale %.6f, max |error| %.2e over positions up to %d\n", r.dir.c_str(),
+                c.rope_scaling.type.c_str(), rope.scale, worst, r.rope_positions.back());
+    EXPECT_LT(worst, 1e-6) << r.dir;
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "these reference cases carry no RoPE tables (the GGUF cases; the HF cases do)";
 }
 
 }  // namespace

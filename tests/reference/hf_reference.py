@@ -93,11 +93,44 @@ def rotate_half(x):
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
 
 
-def inv_freq(cfg):
+def rope_params(cfg):
+    """(inverse frequencies, cos/sin scale) in float64, from the published formulas: llama3 (Meta),
+    yarn (Peng et al. 2023, as HF's _compute_yarn_parameters and vLLM read the config: `factor`
+    as written), linear, and dynamic NTK at its longest length (vLLM's static form)."""
     hd = cfg["head_dim"]
-    inv = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
-    rs = cfg.get("rope_scaling")
-    if rs and rs.get("rope_type", rs.get("type")) == "llama3":
+    base = float(cfg["rope_theta"])
+    rs = cfg.get("rope_scaling") or {}
+    kind = rs.get("rope_type", rs.get("type"))
+    idx = torch.arange(0, hd, 2, dtype=torch.float64)
+    if kind == "dynamic":
+        f = rs["factor"]
+        base = base * (f * f - (f - 1)) ** (hd / (hd - 2))
+    inv = 1.0 / (base ** (idx / hd))
+    scale = 1.0
+    if kind == "linear":
+        inv = inv / rs["factor"]
+    elif kind == "yarn":
+        f = rs["factor"]
+        old = rs.get("original_max_position_embeddings") or cfg["max_position_embeddings"]
+        fast, slow = rs.get("beta_fast") or 32, rs.get("beta_slow") or 1
+
+        def dim_of(rot):  # the dimension index that rotates `rot` times over the old context
+            return hd * math.log(old / (rot * 2 * math.pi)) / (2 * math.log(float(cfg["rope_theta"])))
+        lo, hi = dim_of(fast), dim_of(slow)
+        if rs.get("truncate", True):
+            lo, hi = math.floor(lo), math.ceil(hi)
+        lo, hi = max(lo, 0), min(hi, hd - 1)
+        if lo == hi:
+            hi += 0.001
+        ramp = ((torch.arange(hd // 2, dtype=torch.float64) - lo) / (hi - lo)).clamp(0, 1)
+        extrapolate = 1 - ramp
+        inv = inv / f * (1 - extrapolate) + inv * extrapolate
+        if rs.get("attention_factor"):
+            scale = rs["attention_factor"]
+        else:
+            m = lambda x: 1.0 if f <= 1 else 0.1 * x * math.log(f) + 1.0
+            scale = m(rs["mscale"]) / m(rs["mscale_all_dim"]) if rs.get("mscale") and rs.get("mscale_all_dim") else m(1)
+    elif kind == "llama3":
         factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
         old = rs["original_max_position_embeddings"]
         low_wl, high_wl = old / low, old / high
@@ -107,7 +140,11 @@ def inv_freq(cfg):
         smoothed = (1 - smooth) * scaled / factor + smooth * scaled
         medium = (wl >= high_wl) & (wl <= low_wl)
         inv = torch.where(medium, smoothed, scaled)
-    return inv
+    return inv, scale
+
+
+def inv_freq(cfg):
+    return rope_params(cfg)[0]
 
 
 def forward(cfg, w, ids):
@@ -121,7 +158,8 @@ def forward(cfg, w, ids):
     pos = torch.arange(T, dtype=torch.float64)
     freqs = torch.outer(pos, inv_freq(cfg))
     emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
+    scale = rope_params(cfg)[1]
+    cos, sin = emb.cos() * scale, emb.sin() * scale
     mask = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
     for i in range(L):
         p = f"model.layers.{i}."
@@ -159,8 +197,21 @@ CASES = {
     "qwen3_bf16_tied": ("Qwen3ForCausalLM", torch.bfloat16, True, False, None, 8, 2, 16, 96, 2, 192, 320),
     "llama3_f16_sharded_scaled": ("LlamaForCausalLM", torch.float16, False, True, "llama3", 8, 4, 8, 64, 2, 128, 400),
     "llama_f32_mqa_tied": ("LlamaForCausalLM", torch.float32, True, False, None, 4, 1, 32, 128, 2, 256, 300),
-    "qwen2_bf16_bias": ("Qwen2ForCausalLM", torch.bfloat16, True, False, None, 4, 2, 32, 128, 2, 256, 352),
+    "qwen2_bf16_bias": ("Qwen2ForCausalLM", torch.bfloat16, True, False, "linear", 4, 2, 32, 128, 2, 256, 352),
+    "qwen3_f32_yarn": ("Qwen3ForCausalLM", torch.float32, False, False, "yarn", 2, 1, 128, 128, 2, 256, 300),
+    "llama_f32_dynamic": ("LlamaForCausalLM", torch.float32, True, False, "dynamic", 4, 2, 32, 128, 2, 256, 300),
 }
+# rope_scaling per kind. YaRN over a pretrained context of 64 (so the prompts, up to 150 tokens,
+# and their continuations reach past it), Qwen3's documented factor of 4.
+SCALINGS = {
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 256},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    "linear": {"rope_type": "linear", "factor": 2.0},
+    "dynamic": {"type": "dynamic", "factor": 2.0},
+}
+# Positions where the RoPE tables are checked, to 128K.
+ROPE_POSITIONS = [0, 1, 63, 4097, 16384, 32767, 65537, 131071]
 
 
 def make_case(out, name, seed):
@@ -170,13 +221,12 @@ def make_case(out, name, seed):
         "architectures": [arch], "model_type": arch[: -len("ForCausalLM")].lower(),
         "vocab_size": V, "hidden_size": H, "intermediate_size": I, "num_hidden_layers": L,
         "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd, "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0 if scaling is None else 500000.0, "max_position_embeddings": 4096,
+        "rope_theta": {None: 10000.0, "yarn": 1000000.0}.get(scaling, 500000.0), "max_position_embeddings": 4096,
         "tie_word_embeddings": tied, "hidden_act": "silu", "bos_token_id": 1, "eos_token_id": 2,
         "torch_dtype": {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}[dtype],
     }
     if scaling:
-        cfg["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                               "high_freq_factor": 4.0, "original_max_position_embeddings": 256}
+        cfg["rope_scaling"] = SCALINGS[scaling]
 
     def rnd(*shape, std):
         return (torch.randn(*shape, generator=g) * std).to(dtype)
@@ -239,8 +289,11 @@ def reference(d, cfg, V, seed, greedy_tokens):
             seq.append(int(forward(cfg, w, seq)[-1].argmax()))
         greedy.append(seq[len(p):])
     logits.numpy().tofile(os.path.join(d, "logits.f32"))
+    inv, scale = rope_params(cfg)
+    angles = torch.outer(torch.tensor(ROPE_POSITIONS, dtype=torch.float64), inv)
+    rope = {"positions": ROPE_POSITIONS, "cos": (angles.cos() * scale).tolist(), "sin": (angles.sin() * scale).tolist()}
     json.dump({"prompts": prompts, "logits_file": "logits.f32", "logits_shape": [len(prompts), T, V],
-               "greedy": greedy, "greedy_prompts": [1, 2], "greedy_tokens": greedy_tokens},
+               "greedy": greedy, "greedy_prompts": [1, 2], "greedy_tokens": greedy_tokens, "rope": rope},
               open(os.path.join(d, "reference.json"), "w"))
 
 

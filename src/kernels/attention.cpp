@@ -7,6 +7,7 @@
 #include "core/buffer.h"
 #include "core/cpu.h"
 #include "core/thread_pool.h"
+#include "kernels/gemm.h"
 
 namespace dspark {
 
@@ -79,14 +80,30 @@ void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, cons
 
 }  // namespace detail
 
+namespace {
+
+bool avx512_attention() {
+  const GemmBackend b = gemm_backend();  // read each call: tests switch to the AVX2 paths
+  return cpu_features().avx512f && cpu_features().avx512bw && b != GemmBackend::Avx2 && b != GemmBackend::Reference;
+}
+
+}  // namespace
+
+const char* attention_kernel_name() {
+  if (avx512_attention()) return "avx512";
+  return cpu_features().avx2 && cpu_features().fma ? "avx2" : "reference";
+}
+
 void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                int n_heads, float scale, float* out, int64_t ldo) {
   static const bool avx2 = cpu_features().avx2 && cpu_features().fma;
   if (!avx2 || kv.head_dim % 8 != 0)
     return detail::attention_reference(kv, rows, q, ldq, n_heads, scale, out, ldo);
+  const bool wide = kv.head_dim % 16 == 0 && avx512_attention();
   // Tiles: runs of up to kTileRows consecutive rows that share a sequence, so each K/V block
-  // read from memory serves every query row and GQA head of the tile.
-  constexpr int kTileRows = 8;
+  // read from memory serves every query row and GQA head of the tile: a verification of up to
+  // 15 drafts (16 rows) reads its sequence's cache once.
+  constexpr int kTileRows = 16;
   // (thread_local storage must be read through a reference: workers have their own copies)
   thread_local std::vector<int> tile_start_storage;
   std::vector<int>& tile_start = tile_start_storage;
@@ -103,8 +120,8 @@ void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q
   parallel_for(tiles * kv.n_kv_heads, [&](int task) {
     const int t = task / kv.n_kv_heads, kvh = task % kv.n_kv_heads;
     const int r0 = tile_start[t], nr = tile_start[t + 1] - r0;
-    detail::attention_tile_avx2(kv, rows.tables[r0], rows.visible + r0, nr, q + r0 * ldq, ldq, group,
-                                kvh, scale, out + r0 * ldo, ldo);
+    (wide ? detail::attention_tile_avx512 : detail::attention_tile_avx2)(
+        kv, rows.tables[r0], rows.visible + r0, nr, q + r0 * ldq, ldq, group, kvh, scale, out + r0 * ldo, ldo);
   });
 }
 

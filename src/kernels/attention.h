@@ -47,6 +47,11 @@ struct AttentionRows {
 void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                int n_heads, float scale, float* out, int64_t ldo);
 
+// The tile kernel attention() runs for head dimensions that are multiples of 16: "avx512"
+// where the CPU has AVX512F and AVX512BW and the matrix backend is not forced to avx2 or
+// reference (DSPARK_GEMM), else "avx2" where it has AVX2 and FMA, else "reference".
+const char* attention_kernel_name();
+
 namespace detail {
 void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                          int n_heads, float scale, float* out, int64_t ldo);
@@ -54,6 +59,10 @@ void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, cons
 void attention_tile_avx2(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
                          const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
                          int64_t ldo);
+// The same tile on 16-lane vectors (head_dim a multiple of 16; AVX512F and AVX512BW).
+void attention_tile_avx512(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
+                           const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
+                           int64_t ldo);
 }  // namespace detail
 
 }  // namespace dspark

@@ -1,11 +1,14 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "core/cpu.h"
 #include "kernels/attention.h"
+#include "kernels/gemm.h"
 
 namespace dspark {
 namespace {
@@ -89,6 +92,11 @@ TEST(Attention, ReferenceMatchesDense) {
 }
 
 TEST(Attention, DispatchedKernelMatchesDense) {
+  // The kernel under test: avx512 where the CPU has AVX512F/BW (the avx2.* run of this binary
+  // forces the AVX2 tile), so neither passes on the other's account.
+  const bool wide = cpu_features().avx512f && cpu_features().avx512bw && gemm_backend() != GemmBackend::Avx2;
+  EXPECT_STREQ(attention_kernel_name(), wide ? "avx512" : cpu_features().avx2 ? "avx2" : "reference");
+  std::printf("attention kernel: %s\n", attention_kernel_name());
   for (DType dt : {DType::F32, DType::BF16}) {
     check(dt, 16, 8, 128, false);  // Qwen3-0.6B heads
     check(dt, 32, 8, 64, false);   // Llama-3.2-1B heads

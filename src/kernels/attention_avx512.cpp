@@ -1,0 +1,184 @@
+// AVX-512 attention tile: the AVX2 tile's algorithm (attention_avx2.cpp) on 16-lane vectors. A
+// cache block's 16 keys are one vector, so a query vector scores a block with one FMA per head
+// dimension, and P·V runs 16 dimensions per FMA. Half the instructions of the AVX2 tile, for the
+// verification steps whose attention is bound by the multiply rate, not by reading the cache.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/buffer.h"
+#include "kernels/attention.h"
+
+namespace dspark::detail {
+
+namespace {
+
+#define DSPARK_UNROLL_ATT _Pragma("GCC unroll 8")
+
+// exp(x) for 16 floats: the polynomial of avx2::exp256 (relative error about 2e-7, 0 below -87.3).
+inline __m512 exp512(__m512 x) {
+  const __m512 hi = _mm512_set1_ps(88.3762626647949f);
+  const __m512 lo = _mm512_set1_ps(-87.3365478515625f);
+  const __mmask16 below = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+  x = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+  const __m512 fx = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(fx, _mm512_set1_ps(-2.12194440e-4f), x);
+  __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507E-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073E-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894E-2f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459E-1f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201E-1f));
+  const __m512 x2 = _mm512_mul_ps(x, x);
+  y = _mm512_fmadd_ps(y, x2, _mm512_add_ps(x, _mm512_set1_ps(1.f)));
+  const __m512i n = _mm512_add_epi32(_mm512_cvtps_epi32(fx), _mm512_set1_epi32(127));
+  const __m512 pow2n = _mm512_castsi512_ps(_mm512_slli_epi32(n, 23));
+  return _mm512_maskz_mov_ps(_knot_mask16(below), _mm512_mul_ps(y, pow2n));
+}
+
+template <bool kBf16>
+inline __m512 load16(const void* base, int64_t idx) {
+  if constexpr (kBf16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + idx));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  return _mm512_loadu_ps(static_cast<const float*>(base) + idx);
+}
+
+// s[g][0..16) = q_g · K[:, 0..16) for G query vectors (rows of q, stride hd). Each vector's sum
+// runs in the same order whatever G is (two head-dimension halves, each in order, then added),
+// so a row's scores do not depend on which rows share its tile.
+template <int G, bool kBf16>
+inline void scores(const void* kt, const float* q, int hd, float* s) {
+  constexpr int kSplit = 2;
+  __m512 a[G][kSplit];
+  DSPARK_UNROLL_ATT
+  for (int g = 0; g < G; ++g) a[g][0] = a[g][1] = _mm512_setzero_ps();
+  const int part = hd / kSplit;
+  for (int d = 0; d < part; ++d) {
+    DSPARK_UNROLL_ATT
+    for (int p = 0; p < kSplit; ++p) {
+      const __m512 k = load16<kBf16>(kt, int64_t(p * part + d) * kKvBlock);
+      DSPARK_UNROLL_ATT
+      for (int g = 0; g < G; ++g) a[g][p] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + p * part + d]), k, a[g][p]);
+    }
+  }
+  DSPARK_UNROLL_ATT
+  for (int g = 0; g < G; ++g) _mm512_storeu_ps(s + g * kKvBlock, _mm512_add_ps(a[g][0], a[g][1]));
+}
+
+// o[g][d..d+16C) = o[g] * alpha[g] + sum_j p[g][j] * V[j][d..d+16C) for G query vectors.
+template <int G, int C, bool kBf16>
+inline void pv_chunk(const void* vb, const float* p, const float* alpha, int keys, int hd, int d, float* o) {
+  __m512 acc[G][C];
+  DSPARK_UNROLL_ATT
+  for (int g = 0; g < G; ++g) {
+    const __m512 va = _mm512_set1_ps(alpha[g]);
+    DSPARK_UNROLL_ATT
+    for (int c = 0; c < C; ++c) acc[g][c] = _mm512_mul_ps(_mm512_loadu_ps(o + g * hd + d + 16 * c), va);
+  }
+  for (int j = 0; j < keys; ++j) {
+    __m512 v[C];
+    DSPARK_UNROLL_ATT
+    for (int c = 0; c < C; ++c) v[c] = load16<kBf16>(vb, int64_t(j) * hd + d + 16 * c);
+    DSPARK_UNROLL_ATT
+    for (int g = 0; g < G; ++g) {
+      const __m512 pb = _mm512_set1_ps(p[g * kKvBlock + j]);
+      DSPARK_UNROLL_ATT
+      for (int c = 0; c < C; ++c) acc[g][c] = _mm512_fmadd_ps(pb, v[c], acc[g][c]);
+    }
+  }
+  DSPARK_UNROLL_ATT
+  for (int g = 0; g < G; ++g)
+    DSPARK_UNROLL_ATT
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(o + g * hd + d + 16 * c, acc[g][c]);
+}
+
+template <int G, bool kBf16>
+inline void pv(const void* vb, const float* p, const float* alpha, int keys, int hd, float* o) {
+  int d = 0;
+  for (; d + 64 <= hd; d += 64) pv_chunk<G, 4, kBf16>(vb, p, alpha, keys, hd, d, o);
+  for (; d < hd; d += 16) pv_chunk<G, 1, kBf16>(vb, p, alpha, keys, hd, d, o);
+}
+
+template <bool kBf16>
+void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr, const float* q,
+          int64_t ldq, int group, int kvh, float scale, float* out, int64_t ldo) {
+  const int hd = kv.head_dim;
+  const int nq = nr * group;  // query vectors: index qi = r * group + g
+  thread_local Buffer<float> scratch;
+  scratch.resize(size_t(nq) * (2 * hd + kKvBlock + 3) + 64);
+  float* qs = scratch.data();     // [nq][hd] scaled queries
+  float* o = qs + nq * hd;        // [nq][hd] unnormalised outputs
+  float* s = o + nq * hd;         // [nq][kKvBlock] scores of the current block
+  float* mx = s + nq * kKvBlock;  // [nq] running max
+  float* sum = mx + nq;           // [nq] running denominator
+  float* alpha_buf = sum + nq;    // [nq] rescale factor of the current block
+  int max_vis = 0;
+  for (int r = 0; r < nr; ++r) max_vis = std::max(max_vis, visible[r]);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (int qi = 0; qi < nq; ++qi) {
+    const float* src = q + (qi / group) * ldq + int64_t(kvh * group + qi % group) * hd;
+    for (int d = 0; d < hd; d += 16) {
+      _mm512_storeu_ps(qs + qi * hd + d, _mm512_mul_ps(_mm512_loadu_ps(src + d), vscale));
+      _mm512_storeu_ps(o + qi * hd + d, _mm512_setzero_ps());
+    }
+    mx[qi] = -INFINITY;
+    sum[qi] = 0.f;
+  }
+  const size_t esz = kBf16 ? 2 : 4;
+  for (int b0 = 0; b0 < max_vis; b0 += kKvBlock) {
+    const int64_t base = kv.block_offset(kvh, table[b0 / kKvBlock]);
+    const void* kt = static_cast<const uint8_t*>(kv.k) + base * esz;
+    const void* vb = static_cast<const uint8_t*>(kv.v) + base * esz;
+    // Scores, up to eight query vectors per K load.
+    int qi = 0;
+    for (; qi + 8 <= nq; qi += 8) scores<8, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    for (; qi + 4 <= nq; qi += 4) scores<4, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    for (; qi < nq; ++qi) scores<1, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    // Mask and online softmax: s becomes the block's probabilities, o is rescaled.
+    for (qi = 0; qi < nq; ++qi) {
+      const int lim = std::min(kKvBlock, visible[qi / group] - b0);
+      float* sr = s + qi * kKvBlock;
+      if (lim <= 0) {  // this row sees none of the block: leave its output as it is
+        _mm512_storeu_ps(sr, _mm512_setzero_ps());
+        alpha_buf[qi] = 1.f;
+        continue;
+      }
+      const __mmask16 seen = __mmask16((1u << lim) - 1u);
+      const __m512 sv = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), seen, sr);
+      const float new_max = std::max(mx[qi], _mm512_reduce_max_ps(sv));
+      const float alpha = std::exp(mx[qi] - new_max);  // 0 on the first block (mx = -inf)
+      const __m512 e = exp512(_mm512_sub_ps(sv, _mm512_set1_ps(new_max)));
+      _mm512_storeu_ps(sr, e);
+      sum[qi] = sum[qi] * alpha + _mm512_reduce_add_ps(e);
+      mx[qi] = new_max;
+      alpha_buf[qi] = alpha;
+    }
+    // P·V, up to four query vectors at a time so each V load feeds sixteen accumulators.
+    const int keys = std::min(kKvBlock, max_vis - b0);
+    for (qi = 0; qi + 4 <= nq; qi += 4) pv<4, kBf16>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
+    for (; qi + 2 <= nq; qi += 2) pv<2, kBf16>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
+    if (qi < nq) pv<1, kBf16>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
+  }
+  for (int qi = 0; qi < nq; ++qi) {
+    float* dst = out + (qi / group) * ldo + int64_t(kvh * group + qi % group) * hd;
+    const __m512 inv = _mm512_set1_ps(sum[qi] > 0.f ? 1.f / sum[qi] : 0.f);
+    for (int d = 0; d < hd; d += 16)
+      _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_loadu_ps(o + qi * hd + d), inv));
+  }
+}
+
+}  // namespace
+
+void attention_tile_avx512(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
+                           const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
+                           int64_t ldo) {
+  if (kv.dtype == DType::BF16) tile<true>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
+  else tile<false>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
+}
+
+}  // namespace dspark::detail

@@ -108,9 +108,17 @@ int bench_step(int argc, char** argv) {
   j["streamed_weight_bytes"] = wbytes;
   j["dram_read_gb_s"] = bw / 1e9;
   j["prefill_tok_s"] = prefill;
+  // What a step must read at least: every streamed matrix once, and each sequence's K and V of
+  // every layer over its cached and new positions.
+  const double kv_per_position = double(c.num_layers) * 2.0 * c.kv_dim() * double(dtype_size(opt.kv_dtype));
+  auto step_bytes = [&](const StepPoint& p) {
+    return double(wbytes) + double(p.batch) * double(p.context + p.tokens_per_seq) * kv_per_position;
+  };
   for (const auto& p : points) {
     const StepPoint* base = find(p.context, p.batch, 1);
     j["steps"].push_back({{"context", p.context},
+                          {"bytes", step_bytes(p)},
+                          {"roofline", step_bytes(p) / bw / p.seconds},
                           {"batch", p.batch},
                           {"tokens_per_seq", p.tokens_per_seq},
                           {"batch_tokens", p.batch * p.tokens_per_seq},
@@ -121,8 +129,7 @@ int bench_step(int argc, char** argv) {
   // Decode roofline: batch 1, one token, smallest context.
   const StepPoint* d = find(opt.contexts.front(), 1, 1);
   if (d) {
-    const double kv_bytes = double(opt.contexts.front()) * c.num_layers * 2.0 * c.kv_dim() * double(dtype_size(dtype));
-    const double rate = (double(wbytes) + kv_bytes) / d->seconds;
+    const double rate = step_bytes(*d) / d->seconds;
     j["decode_stream_gb_s"] = rate / 1e9;
     j["decode_stream_fraction"] = rate / bw;
   }
@@ -142,17 +149,21 @@ int bench_step(int argc, char** argv) {
     std::cout << j.dump(2) << "\n";
     return 0;
   }
-  std::printf("%-8s %-6s %-7s %-7s %10s %10s %8s\n", "context", "batch", "tok/seq", "tokens", "ms", "steps/s", "vs 1-tok");
+  std::printf("%-8s %-6s %-7s %-7s %10s %10s %8s %8s %9s\n", "context", "batch", "tok/seq", "tokens", "ms", "steps/s",
+              "vs 1-tok", "GB read", "roofline");
   for (const auto& s : j["steps"]) {
     const double ratio = s["vs_1_token"].get<double>();
-    std::printf("%-8d %-6d %-7d %-7d %10.2f %10.2f %8s\n", s["context"].get<int>(), s["batch"].get<int>(),
+    std::printf("%-8d %-6d %-7d %-7d %10.2f %10.2f %8s %8.2f %9.2f\n", s["context"].get<int>(), s["batch"].get<int>(),
                 s["tokens_per_seq"].get<int>(), s["batch_tokens"].get<int>(), s["ms"].get<double>(),
-                s["steps_per_s"].get<double>(), ratio > 0 ? std::to_string(ratio).substr(0, 4).c_str() : "-");
+                s["steps_per_s"].get<double>(), ratio > 0 ? std::to_string(ratio).substr(0, 4).c_str() : "-",
+                s["bytes"].get<double>() / 1e9, s["roofline"].get<double>());
   }
   std::printf("\nDRAM read bandwidth (measured): %.1f GB/s\n", bw / 1e9);
+  std::printf("GB read: the streamed weights (%.2f GB) once, plus each sequence's K and V over its positions;\n"
+              "roofline: that over the DRAM bandwidth, as a share of the step's time\n", double(wbytes) / 1e9);
   if (d)
-    std::printf("decode step streams %.2f GB of weights + KV: %.1f GB/s = %.0f%% of DRAM bandwidth\n",
-                double(wbytes) / 1e9, j["decode_stream_gb_s"].get<double>(), 100 * j["decode_stream_fraction"].get<double>());
+    std::printf("decode step (context %d) reads %.2f GB: %.1f GB/s = %.0f%% of DRAM bandwidth\n", d->context,
+                step_bytes(*d) / 1e9, j["decode_stream_gb_s"].get<double>(), 100 * j["decode_stream_fraction"].get<double>());
   if (prefill > 0) std::printf("prefill: %.1f tok/s (%d tokens)\n", prefill, prefill_tokens);
   return 0;
 }

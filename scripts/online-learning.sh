@@ -38,7 +38,7 @@ KVT='{"kv_connector": "HiddenStatesConnector", "kv_role": "kv_producer", "kv_con
 URLS=()
 for s in 0 1; do
   "$BUILD/dspark" serve --model models/demo --port 0 --threads 1 --speculative-config "$SPEC" \
-    --kv-transfer-config "$KVT" > "$WORK/serve$s.log" 2>&1 &
+    --kv-transfer-config "$KVT" --enable-drafter-reload --allowed-drafter-root "$WORK" > "$WORK/serve$s.log" 2>&1 &
   PIDS+=("$!")
   for _ in $(seq 900); do grep -q "listening on" "$WORK/serve$s.log" && break; sleep 0.2; done
   URLS+=("$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' "$WORK/serve$s.log" | head -1)")

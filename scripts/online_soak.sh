@@ -132,7 +132,7 @@ KVT='{"kv_connector": "HiddenStatesConnector", "kv_role": "kv_producer", "kv_con
 URLS=() SPIDS=()
 for s in 0 1; do
   "$DSPARK" serve --model "$MODEL" --port 0 --threads 1 --max-model-len "$MAX_MODEL_LEN" --speculative-config "$SPEC" \
-    --kv-transfer-config "$KVT" > "$OUT/serve$s.log" 2>&1 &
+    --kv-transfer-config "$KVT" --enable-drafter-reload --allowed-drafter-root "$OUT" > "$OUT/serve$s.log" 2>&1 &
   SPIDS[$s]=$!
   PIDS+=("$!")
   for _ in $(seq 900); do

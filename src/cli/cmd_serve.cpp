@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -38,6 +39,12 @@ void add_serve_flags(Args& args) {
       .flag("port", "TCP port (0: any free port; the one chosen is printed)", true, "8000")
       .flag("api-key", "require 'Authorization: Bearer KEY' on /v1, /tokenize and /detokenize")
       .flag("served-model-name", "the model id clients name (default: the --model argument)")
+      .flag("enable-drafter-reload",
+            "allow POST /v1/load_drafter {\"path\": DIR} (hot drafter reload, as online training uses): off "
+            "by default, as vLLM gates runtime LoRA loading; needs --allowed-drafter-root",
+            false)
+      .flag("allowed-drafter-root", "with --enable-drafter-reload: the only directory (and its subdirectories, "
+                                    "symlinks resolved) a reload may open")
       .flag("max-num-seqs", "requests running at once", true, "16")
       .flag("max-num-batched-tokens", "tokens in one engine step (chunked prefill budget)", true,
             "2048")
@@ -62,6 +69,16 @@ ServerOptions server_options(const Args& args, const std::string& dir) {
   if (auto key = args.opt("api-key")) {
     if (key->empty()) fail("flag --api-key must not be empty");
     so.api_key = *key;
+  }
+  so.drafter_reload = args.on("enable-drafter-reload");
+  if (auto root = args.opt("allowed-drafter-root")) {
+    if (!so.drafter_reload) fail("flag --allowed-drafter-root needs --enable-drafter-reload");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(*root, ec))
+      fail("flag --allowed-drafter-root: '", *root, "' is not a directory");
+    so.drafter_root = std::filesystem::canonical(*root).string();
+  } else if (so.drafter_reload) {
+    fail("flag --enable-drafter-reload needs --allowed-drafter-root DIR (the directories a reload may open)");
   }
   so.served_model_name = args.opt("served-model-name").value_or(dir);
   if (so.served_model_name.empty()) fail("flag --served-model-name must not be empty");

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <random>
@@ -233,14 +234,43 @@ struct HttpServer::Impl {
     return r;
   }
 
-  // Hot drafter reload (behind the API key, as every /v1 route): {"path": DIR}.
+  // `requested` resolved (symlinks followed, `..` collapsed) when it lies under the allowed
+  // drafter root; else a 403 that names neither the path nor whether it exists.
+  std::string resolve_drafter_path(const std::string& requested) const {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path root = fs::weakly_canonical(opt.drafter_root, ec);
+    fs::path p = fs::path(requested);
+    if (p.is_relative()) p = root / p;
+    const fs::path resolved = ec ? fs::path() : fs::weakly_canonical(p, ec);
+    bool inside = !ec && !root.empty();
+    if (inside) {
+      auto r = root.begin(), q = resolved.begin();
+      for (; r != root.end() && !r->empty(); ++r, ++q)
+        if (q == resolved.end() || *q != *r) {
+          inside = false;
+          break;
+        }
+    }
+    if (!inside)
+      throw ApiError(403, "permission_error", "'path' is not under this server's --allowed-drafter-root", "path",
+                     "drafter_path_not_allowed");
+    return resolved.string();
+  }
+
+  // Hot drafter reload (behind the API key, as every /v1 route; only with --enable-drafter-reload):
+  // {"path": DIR} under --allowed-drafter-root.
   HttpResponse load_drafter(const std::string& body) {
+    if (!opt.drafter_reload)
+      throw ApiError(404, "not_found_error",
+                     "runtime drafter loading is off (dspark serve --enable-drafter-reload --allowed-drafter-root DIR)",
+                     "", "not_found");
     const nlohmann::json j = parse_json_body(body);
     if (!j.contains("path") || !j["path"].is_string() || j["path"].get<std::string>().empty())
       throw bad_request("'path' must name a drafter directory", "path");
     if (!opt.load_drafter)
       throw bad_request("this server decodes without a drafter; nothing to reload", "path");
-    const std::string path = j["path"].get<std::string>();
+    const std::string path = resolve_drafter_path(j["path"].get<std::string>());
     int version = 0;
     try {
       version = opt.load_drafter(path);

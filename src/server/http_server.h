@@ -36,6 +36,12 @@ struct ServerOptions {
   // (Engine::swap_drafter); returns the new version, throws Error naming the path or field.
   // Empty: the route answers 400 (the server has no drafter).
   std::function<int(const std::string& path)> load_drafter;
+  // Runtime drafter loading is opt-in (dspark serve --enable-drafter-reload), as vLLM gates
+  // runtime LoRA loading: off, the route answers 404. On, only directories under
+  // `drafter_root` (resolved, symlinks followed) are opened; any other path is refused with 403
+  // and a message that says nothing about the path.
+  bool drafter_reload = false;
+  std::string drafter_root;
 };
 
 class HttpServer {

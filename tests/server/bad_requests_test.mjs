@@ -64,8 +64,9 @@ const cases = [
   // --- hidden-state export and drafter reload on a server without a connector or drafter
   ["kv_transfer_params without a connector", 400, "POST", C, cmpl({ kv_transfer_params: { include_output_tokens: true } })],
   ["kv_transfer_params is a string", 400, "POST", CH, chat({ kv_transfer_params: "yes" })],
-  ["load_drafter without a path", 400, "POST", "/v1/load_drafter", {}],
-  ["load_drafter of a missing directory", 400, "POST", "/v1/load_drafter", { path: "/nonexistent/drafter" }],
+  // (runtime drafter loading is off without --enable-drafter-reload: drafter_reload_test.mjs)
+  ["load_drafter without a path, reloading off", 404, "POST", "/v1/load_drafter", {}],
+  ["load_drafter of a directory, reloading off", 404, "POST", "/v1/load_drafter", { path: "/nonexistent/drafter" }],
   ["load_drafter without the key", 401, "POST", "/v1/load_drafter", { path: "/x" }, { "Content-Type": "application/json" }],
   ["model is a number", 400, "POST", C, cmpl({ model: 5 })],
   ["messages is a string", 400, "POST", CH, chat({ messages: "hello" })],

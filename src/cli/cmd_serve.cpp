@@ -125,7 +125,9 @@ std::unique_ptr<HiddenExportSink> make_exports(const KvTransferConfig& kvt, cons
            "method extract_hidden_states");
     ids = default_export_layers(drafter->target_layers(), cfg.num_layers);
   }
-  auto exports = std::make_unique<HiddenExportSink>(kvt, ids, cfg.num_layers);
+  KvTransferConfig k = kvt;
+  k.export_all = !aux_layers.empty();  // extract_hidden_states: every request, with its handle
+  auto exports = std::make_unique<HiddenExportSink>(k, ids, cfg.num_layers);
   eo.export_layers = exports->engine_layers();
   eo.export_bf16 = dtype != DType::F32;
   eo.on_export = [sink = exports.get()](HiddenExport&& e) { sink->on_export(std::move(e)); };

@@ -139,7 +139,7 @@ HiddenExportSink::~HiddenExportSink() {
 }
 
 bool HiddenExportSink::wants(bool asked) {
-  if (asked) return true;
+  if (asked || cfg_.export_all) return true;
   if (cfg_.export_fraction <= 0) return false;
   std::lock_guard<std::mutex> lk(mu_);
   // splitmix64: which live requests are sampled is the server's business, never the output's.

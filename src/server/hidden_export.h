@@ -30,6 +30,10 @@ struct KvTransferConfig {
   std::string store;           // redis://... or file:DIR
   double export_fraction = 0;  // of requests that did not ask, exported anyway (live traffic)
   std::vector<int> layer_ids;  // vLLM's ids; empty: from the speculative config
+  // Every request is exported and answered with its handle, as vLLM's extract_hidden_states
+  // serves Speculators' trainer (whose requests carry no kv_transfer_params). Set by the server
+  // for that method, not by the JSON.
+  bool export_all = false;
   connector::ExporterOptions exporter;
 
   // Errors name --kv-transfer-config and the field.
@@ -47,8 +51,11 @@ class HiddenExportSink {
   const std::vector<int>& layer_ids() const { return layer_ids_; }
   const std::string& store_url() const { return cfg_.store; }
 
-  // Whether a request exports: it asked (kv_transfer_params), or it falls in export_fraction.
+  // Whether a request exports: it asked (kv_transfer_params), every request does (export_all),
+  // or it falls in export_fraction.
   bool wants(bool asked);
+  // Whether every request is exported as if it asked (extract_hidden_states).
+  bool exports_all() const { return cfg_.export_all; }
   // A handle unique to this attempt: sanitize(request id), this server's nonce, a counter.
   std::string new_handle(const std::string& request_id);
   // EngineOptions::on_export: queues the sample (never blocks; dropped and counted when full).

@@ -316,11 +316,14 @@ struct HttpServer::Impl {
         make_response_meta(kind, rid, model.name, r.return_token_ids,
                            r.return_token_ids ? r.engine.prompt : std::vector<int32_t>{});
     if (opt.exports && opt.exports->wants(r.export_hidden)) {
+      // Asked for, or every request under extract_hidden_states (Speculators' trainer sends no
+      // kv_transfer_params and needs the handle): the prompt, and the output when asked for.
+      // Sampled live traffic (export_fraction) keeps the whole exchange, and no handle.
+      const bool asked = r.export_hidden || opt.exports->exports_all();
       r.engine.export_hidden = true;
-      // Sampled live traffic (export_fraction) keeps the whole exchange.
-      r.engine.export_output_tokens = r.export_hidden ? r.include_output_tokens : true;
+      r.engine.export_output_tokens = asked ? r.include_output_tokens : true;
       r.engine.export_handle = opt.exports->new_handle(rid);
-      if (r.export_hidden) meta.kv_transfer_params = {{"handle", r.engine.export_handle}};
+      if (asked) meta.kv_transfer_params = {{"handle", r.engine.export_handle}};
     }
 
     HttpResponse head;

@@ -243,13 +243,12 @@ int model_perplexity(int argc, char** argv) {
   for (const auto& [domain, size] : all.domain_sizes()) {
     TokenShards d = TokenShards::open(args.str("data"), args.str("split"), {domain});
     const int64_t span = seq_len + 1;
-    double nll = 0, losses = 0;
+    double losses = 0;
     int64_t same = 0, predicted = 0;
     int count = 0;
-    for (int w = 0; w < windows && d.size() > span; ++w) {
-      d.copy((d.size() - span) * w / windows, span, win.data());
+    for (const int64_t start : d.window_starts(span, windows)) {
+      d.copy(start, span, win.data());
       const WindowScore s = scorer.score(win);
-      nll += s.nll_sum;
       losses += s.nll_sum / s.predicted;  // mean per window, averaged over windows as train eval does
       predicted += s.predicted;
       if (base_scorer) {

@@ -129,6 +129,12 @@ int32_t TokenShards::at(int64_t i) const {
   return int32_t(v);
 }
 
+std::vector<int64_t> TokenShards::window_starts(int64_t span, int windows) const {
+  std::vector<int64_t> starts;
+  for (int w = 0; w < windows && total_ > span; ++w) starts.push_back((total_ - span) * w / windows);
+  return starts;
+}
+
 void TokenShards::copy(int64_t begin, int64_t n, int32_t* out) const {
   if (n == 0) return;
   if (begin < 0 || n < 0 || begin + n > total_)

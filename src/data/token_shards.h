@@ -22,6 +22,10 @@ class TokenShards {
   int64_t size() const { return total_; }                    // tokens in total
   int32_t at(int64_t i) const;                                // token i of the concatenation
   void copy(int64_t begin, int64_t n, int32_t* out) const;   // tokens [begin, begin + n)
+  // The starts of `windows` evaluation windows of `span` tokens spread evenly over the tokens
+  // (window w at (size - span) * w / windows); none when there are not more than `span` tokens.
+  // `dspark train eval` and `dspark model perplexity` score the same windows through this.
+  std::vector<int64_t> window_starts(int64_t span, int windows) const;
   uint32_t tokenizer_crc() const { return tokenizer_crc_; }
   int vocab_size() const { return vocab_size_; }
   int32_t eot_id() const { return eot_id_; }

@@ -229,8 +229,7 @@ json evaluate_lm(const std::string& model_dir, const std::string& data, const st
     const int64_t span = seq_len + 1;
     double sum = 0;
     int count = 0;
-    for (int w = 0; w < windows && d.size() > span; ++w) {
-      const int64_t start = (d.size() - span) * w / std::max(1, windows);
+    for (const int64_t start : d.window_starts(span, windows)) {
       auto win = torch::empty({1, span}, torch::kInt32);
       d.copy(start, span, win.data_ptr<int32_t>());
       sum += lm_loss(model, win.to(torch::kInt64), false).item<double>();

@@ -5,6 +5,7 @@
 #   perplexity_test.sh DSPARK MODELS_DIR TOKENIZER_FIXTURE [DSPARK_TRAIN]
 set -euo pipefail
 dspark="$1" models="$2" tiny_tok="$3" train="${4:-}"
+here="$(cd "$(dirname "$0")" && pwd)"
 t="$(mktemp -d)"
 trap 'rm -rf "$t"' EXIT
 model="$models/demo"
@@ -54,14 +55,7 @@ expect_error "$t/none" --model "$model" --data "$t/none"
 expect_error "--data" --model "$model"
 expect_error "$t/none" --model "$model" --data "$t/s" --agreement-with "$t/none"
 # The repository's tiny tokenizer (plus <|endoftext|>, which tokenize needs): not the model's.
-python3 - "$tiny_tok" "$t/tok.json" <<'PY'
-import json, sys
-t = json.load(open(sys.argv[1]))
-top = max(list(t["model"]["vocab"].values()) + [a["id"] for a in t["added_tokens"]])
-t["added_tokens"].append({"id": top + 1, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
-                          "rstrip": False, "normalized": False, "special": True})
-json.dump(t, open(sys.argv[2], "w"))
-PY
+python3 "$here/../data/with_endoftext.py" "$tiny_tok" "$t/tok.json"
 "$dspark" corpus tokenize --corpus "$t/c" --tokenizer "$t/tok.json" --out "$t/other" --threads 2 > /dev/null 2>&1
 expect_error "tokenizer" --model "$model" --data "$t/other"
 echo "model perplexity: ok"

@@ -16,14 +16,7 @@ done
   || { echo "second build was not up to date"; exit 1; }
 
 # The repository's tiny tokenizer plus <|endoftext|>.
-python3 - "$here/../tokenizer/data/tiny_tokenizer.json" "$t/tok.json" <<'PY'
-import json, sys
-t = json.load(open(sys.argv[1]))
-top = max(list(t["model"]["vocab"].values()) + [a["id"] for a in t["added_tokens"]])
-t["added_tokens"].append({"id": top + 1, "content": "<|endoftext|>", "single_word": False, "lstrip": False,
-                          "rstrip": False, "normalized": False, "special": True})
-json.dump(t, open(sys.argv[2], "w"))
-PY
+python3 "$here/with_endoftext.py" "$here/../tokenizer/data/tiny_tokenizer.json" "$t/tok.json"
 "$dspark" corpus tokenize --corpus "$t/c" --tokenizer "$t/tok.json" --out "$t/s" --threads 2 > "$t/out" 2> "$t/log"
 grep -q 'tokens' "$t/out"
 test -s "$t/s/math/train.bin" && test -s "$t/s/manifest.json"

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -238,20 +239,12 @@ struct HttpServer::Impl {
   // drafter root; else a 403 that names neither the path nor whether it exists.
   std::string resolve_drafter_path(const std::string& requested) const {
     namespace fs = std::filesystem;
+    const fs::path root = opt.drafter_root;  // canonical
+    const fs::path p = fs::path(requested).is_relative() ? root / requested : fs::path(requested);
     std::error_code ec;
-    const fs::path root = fs::weakly_canonical(opt.drafter_root, ec);
-    fs::path p = fs::path(requested);
-    if (p.is_relative()) p = root / p;
-    const fs::path resolved = ec ? fs::path() : fs::weakly_canonical(p, ec);
-    bool inside = !ec && !root.empty();
-    if (inside) {
-      auto r = root.begin(), q = resolved.begin();
-      for (; r != root.end() && !r->empty(); ++r, ++q)
-        if (q == resolved.end() || *q != *r) {
-          inside = false;
-          break;
-        }
-    }
+    const fs::path resolved = fs::weakly_canonical(p, ec);
+    const bool inside = !ec && !root.empty() &&
+                        std::mismatch(root.begin(), root.end(), resolved.begin(), resolved.end()).first == root.end();
     if (!inside)
       throw ApiError(403, "permission_error", "'path' is not under this server's --allowed-drafter-root", "path",
                      "drafter_path_not_allowed");

@@ -41,7 +41,7 @@ struct ServerOptions {
   // `drafter_root` (resolved, symlinks followed) are opened; any other path is refused with 403
   // and a message that says nothing about the path.
   bool drafter_reload = false;
-  std::string drafter_root;
+  std::string drafter_root;  // canonical (dspark serve resolves --allowed-drafter-root at start)
 };
 
 class HttpServer {

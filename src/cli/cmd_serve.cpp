@@ -56,7 +56,12 @@ void add_serve_flags(Args& args) {
       .flag("prefill-first",
             "steps with prompts to prefill run only those (lower TTFT; decoding requests wait one "
             "step per arrival). Default: prompt chunks share each step with the decoding rounds",
-            false);
+            false)
+      .flag("enable-prefix-caching",
+            "automatic prefix caching (the default): full KV blocks are kept under their tokens, "
+            "and a request whose prompt starts with cached blocks prefills only the rest",
+            false)
+      .flag("no-enable-prefix-caching", "turn automatic prefix caching off", false);
   add_runtime_flags(args);
 }
 
@@ -97,6 +102,9 @@ EngineOptions engine_options(const Args& args, DType dtype) {
   eo.max_model_len = int(args.integer("max-model-len", 0, kFlagIntMax));
   eo.kv_dtype = dtype;  // as `dspark generate`: the KV cache holds the weights' precision
   eo.prefill_first = args.on("prefill-first");
+  if (args.on("enable-prefix-caching") && args.on("no-enable-prefix-caching"))
+    fail("flags --enable-prefix-caching and --no-enable-prefix-caching contradict each other");
+  eo.enable_prefix_caching = !args.on("no-enable-prefix-caching");
   return eo;
 }
 

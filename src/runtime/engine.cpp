@@ -68,6 +68,7 @@ void Engine::init(std::unique_ptr<Drafter> own, Drafter* drafter) {
   if (opt_.max_num_batched_tokens < K + 1)
     fail("--max-num-batched-tokens ", opt_.max_num_batched_tokens, " cannot hold one round of ",
          K + 1, " tokens");
+  kv_->set_prefix_caching(opt_.enable_prefix_caching);
   out_ = std::make_unique<OutputProcessor>(model_.config(), opt_, K);
   runner_ = std::make_unique<ModelRunner>(*fwd_, opt_, std::move(own), drafter, spec_, policy_, *out_);
   SchedulerConfig sc;
@@ -94,6 +95,10 @@ void Engine::Hooks::admitted(RequestState& r, double now) {
     r.scheduled = now;
     e_.out_->metrics().queue_time.observe(now - r.arrival);
   }
+}
+
+int Engine::Hooks::prefix_attached(RequestState& r, std::span<const int32_t> tokens, int n) {
+  return e_.runner_->prefix_attached(r, tokens, n);
 }
 
 void Engine::Hooks::released(RequestState& r) {
@@ -310,6 +315,8 @@ void Engine::publish_metrics() {
   live.kv_cache_usage_perc = scheduler_->kv_usage();
   live.num_requests_running = int(scheduler_->running().size());
   live.num_preemptions = scheduler_->preemptions();
+  live.prefix_cache_queries = scheduler_->prefix_queries();
+  live.prefix_cache_hits = scheduler_->prefix_hits();
   std::lock_guard<std::mutex> lk(mu_);
   live.num_requests_waiting = int(scheduler_->waiting().size() + incoming_.size());
   metrics_ = live;

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -93,6 +94,7 @@ class Engine {
     explicit Hooks(Engine& e) : e_(e) {}
     void admitted(RequestState& r, double now) override;
     void released(RequestState& r) override;
+    int prefix_attached(RequestState& r, std::span<const int32_t> tokens, int n) override;
 
    private:
     Engine& e_;

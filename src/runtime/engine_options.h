@@ -20,6 +20,10 @@ struct EngineOptions {
   // of one step's delay to the decoding requests per arrival. Off: chunks of prompts share each
   // step with the decoding rounds (vLLM V1's chunked prefill).
   bool prefill_first = false;
+  // Automatic prefix caching (vLLM's): full KV blocks are kept under their tokens and shared by
+  // later requests with the same prefix, which prefill only the rest. With a drafter, the
+  // drafter's context must be cached too (DSpark, DFlash, n-gram); EAGLE-3 requests prefill all.
+  bool enable_prefix_caching = false;
   // Hidden-state export (the hidden-states connector): the outputs of these target layers
   // (dspark's ids: 0-based decoder-layer outputs, -1 the embeddings; vLLM's id i is our i - 1)
   // are kept for every position of a request that asks (EngineRequest::export_hidden), and

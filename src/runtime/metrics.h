@@ -41,6 +41,9 @@ struct EngineMetrics {
       0;  // prompt tokens prefilled (recomputation after preemption not counted)
   int64_t generation_tokens = 0;  // tokens emitted
   int64_t num_preemptions = 0;
+  // Prefix caching (vLLM's prefix_cache_queries / _hits): prompt tokens of admitted requests, and
+  // those the cache held (first admissions only, as vLLM counts preempted requests apart).
+  int64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   int64_t steps = 0;                               // engine steps (target forwards)
   std::map<std::string, int64_t> request_success;  // by finished_reason: stop, length, abort
   // Speculative decoding (vLLM's SpecDecodingStats): rounds with drafts, drafted (verified)

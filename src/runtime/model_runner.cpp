@@ -43,6 +43,7 @@ ModelRunner::ModelRunner(Forward& fwd, const EngineOptions& opt, std::unique_ptr
     drafters_.back()->own = std::move(own);
     drafter_ = drafters_.back()->d = drafter;
     tap_layers_ = drafter_->target_layers();
+    if (opt_.enable_prefix_caching) drafter_->enable_prefix_caching();
   }
   drafter_taps_ = int(tap_layers_.size());
   for (int l : opt_.export_layers) {
@@ -62,6 +63,7 @@ void ModelRunner::install_drafter(std::unique_ptr<Drafter> d, int version) {
   v->version = version;
   drafters_.push_back(std::move(v));
   drafter_ = drafters_.back()->d;
+  if (opt_.enable_prefix_caching) drafter_->enable_prefix_caching();
 }
 
 void ModelRunner::free_unused_drafters() {
@@ -86,6 +88,11 @@ void ModelRunner::admitted(RequestState& r) {
     ++r.dv->users;
   }
   r.draft_seq = r.dv->d->begin();
+}
+
+int ModelRunner::prefix_attached(RequestState& r, std::span<const int32_t> tokens, int n) {
+  if (!drafter_) return n;
+  return std::min(n, r.dv->d->attach_prefix(r.draft_seq, tokens, n));
 }
 
 void ModelRunner::released(RequestState& r) {
@@ -229,6 +236,9 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
     auto out_row_of = [&](int i) { return i < head_rows ? r->out_row + i : n_head_ + tail_i; };
     if (r->req.export_hidden)
       for (int i = 0; i < r->chunk; ++i) capture_row(*r, out, out_row_of(i), r->computed + i);
+    committed_.resize(size_t(r->chunk));
+    for (int i = 0; i < r->chunk; ++i) committed_[size_t(i)] = r->token_at(r->computed + i);
+    kv_.commit(r->kv_seq, r->computed, committed_);
     if (drafter_) {
       const float* feats = nullptr;
       if (dtaps) {
@@ -238,12 +248,12 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
                       out.taps + int64_t(out_row_of(i)) * width, size_t(dwidth) * 4);
         feats = gathered_.data();
       }
-      committed_.resize(size_t(r->chunk));
-      for (int i = 0; i < r->chunk; ++i) committed_[size_t(i)] = r->token_at(r->computed + i);
       r->dv->d->extend(r->draft_seq, committed_, r->computed,
                        TargetFeatures{feats, dtaps ? r->chunk : 0, dwidth});
     }
-    if (r->out_tokens.empty()) out_.metrics().prompt_tokens += r->chunk;
+    // Prompt tokens: the prefilled ones, and with the first chunk those the cache held.
+    if (r->out_tokens.empty())
+      out_.metrics().prompt_tokens += r->chunk + (r->computed == r->cached_tokens ? r->cached_tokens : 0);
     r->computed += r->chunk;
     if (!completes) continue;
     const int out_row = n_head_ + tail_i++;
@@ -311,6 +321,12 @@ void ModelRunner::verify_and_commit(const StepPlan& plan, const ForwardOutput& o
         }
     }
     if (go) {
+      if (kv_.prefix_caching()) {
+        committed_.assign(1, r->anchor);
+        committed_.insert(committed_.end(), r->draft.tokens.begin(),
+                          r->draft.tokens.begin() + vr.accepted);
+        kv_.commit(r->kv_seq, pos, committed_);
+      }
       r->anchor = vr.next_token;
       r->computed = pos + vr.accepted + 1;
     }

@@ -43,6 +43,9 @@ class ModelRunner {
 
   // A request got its place (again): it drafts with the version it was first admitted with.
   void admitted(RequestState& r);
+  // Prefix caching: r's target KV starts with n cached positions of `tokens`; its drafter context
+  // starts from as many of them as the drafter holds, which is returned.
+  int prefix_attached(RequestState& r, std::span<const int32_t> tokens, int n);
   // A request lost its place: its drafter state, held rows and captured hidden states go.
   void released(RequestState& r);
 

@@ -58,6 +58,7 @@ void OutputProcessor::deliver(RequestQueue& q, RequestQueue& done, double now) {
     r->has_pending = false;
     o.prompt_tokens = r->prompt_len();
     o.completion_tokens = int(r->out_tokens.size());
+    o.cached_tokens = std::max(0, r->cached_tokens);
     if (!o.token_ids.empty()) {
       if (r->last_emit >= 0) live_.itl.observe(now - r->last_emit);
       r->last_emit = now;

@@ -94,6 +94,7 @@ struct RequestOutput {
   std::string error;      // why an "abort" the client did not ask for happened (shutdown, failure)
   int prompt_tokens = 0;  // totals so far
   int completion_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens the prefix cache held when the request was admitted
 };
 // Called on the engine thread; must not block (push to a queue and return).
 using OutputFn = std::function<void(RequestOutput&&)>;

@@ -29,6 +29,30 @@ void RequestScheduler::preempt_newest() {
   running_.pop_back();
 }
 
+void RequestScheduler::attach_prefix(RequestState& r) {
+  int n = 0;
+  // An export needs every prompt position's hidden states: it prefills all of them.
+  if (kv_.prefix_caching() && !r.req.export_hidden) {
+    const int max_hit = (r.target_len - 1) / kKvBlock * kKvBlock;
+    prefix_tokens_.clear();
+    for (int p = 0; p < max_hit; ++p) prefix_tokens_.push_back(r.token_at(p));
+    n = kv_.attach_prefix(r.kv_seq, prefix_tokens_, max_hit);
+    if (n > 0) {
+      const int d = hooks_.prefix_attached(r, std::span<const int32_t>(prefix_tokens_).first(size_t(n)), n);
+      if (d < n) kv_.truncate(r.kv_seq, d);
+      n = d;
+    }
+  }
+  r.computed = n;
+  if (r.cached_tokens < 0) {  // first admission
+    r.cached_tokens = n;
+    if (kv_.prefix_caching()) {
+      prefix_queries_ += r.prompt_len();
+      prefix_hits_ += n;
+    }
+  }
+}
+
 // Prompt chunks, oldest request first, in the step's token budget left.
 void RequestScheduler::plan_prefill() {
   for (auto& rp : running_) {
@@ -60,6 +84,7 @@ const StepPlan& RequestScheduler::schedule(int K, double now) {
     if (int64_t(kv_.free_blocks()) * kKvBlock < need) break;
     r.kv_seq = kv_.create_sequence();
     hooks_.admitted(r, now);
+    attach_prefix(r);
     running_.push_back(std::move(waiting_.front()));
     waiting_.erase(waiting_.begin());
   }

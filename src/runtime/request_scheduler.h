@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "model/kv_cache.h"
@@ -35,6 +36,9 @@ class SchedulerHooks {
   virtual ~SchedulerHooks() = default;
   // `r` was admitted (again, after a preemption): its KV sequence exists.
   virtual void admitted(RequestState& r, double now) = 0;
+  // Prefix caching: r's KV sequence starts with n cached positions of `tokens`. Returns how many
+  // of them (a whole number of KV blocks, <= n) the drafter's context holds too: r resumes there.
+  virtual int prefix_attached(RequestState& r, std::span<const int32_t> tokens, int n) = 0;
   // `r` lost its place (preempted, finished or failed): its KV sequence is freed; drop whatever
   // else it holds (drafter state, held rows, captured hidden states).
   virtual void released(RequestState& r) = 0;
@@ -64,6 +68,8 @@ class RequestScheduler {
   // again from position 0 if it runs again.
   void release(RequestState& r);
   int64_t preemptions() const { return preemptions_; }
+  int64_t prefix_queries() const { return prefix_queries_; }
+  int64_t prefix_hits() const { return prefix_hits_; }
   double kv_usage() const;  // fraction of KV blocks in use
 
  private:
@@ -71,6 +77,9 @@ class RequestScheduler {
   // recomputed (vLLM's order).
   void preempt_newest();
   void plan_prefill();
+  // A newly admitted r starts from the longest cached prefix of its positions to prefill, leaving
+  // at least its last one (whose logits give the next token).
+  void attach_prefix(RequestState& r);
 
   SchedulerConfig cfg_;
   KvCache& kv_;
@@ -78,6 +87,8 @@ class RequestScheduler {
   RequestQueue waiting_, running_;
   StepPlan plan_;
   int64_t preemptions_ = 0;
+  int64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  std::vector<int32_t> prefix_tokens_;
 };
 
 }  // namespace dspark

@@ -93,11 +93,12 @@ struct Collected {
   std::vector<int32_t> ids;
   std::string finish_reason, error;
   ojson stop_reason;
-  int prompt_tokens = 0, completion_tokens = 0;
+  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   bool add(const RequestOutput& o) {
     text += o.text;
     ids.insert(ids.end(), o.token_ids.begin(), o.token_ids.end());
     prompt_tokens = o.prompt_tokens;
+    cached_tokens = o.cached_tokens;
     completion_tokens = o.completion_tokens;
     if (!o.finished) return false;
     finish_reason = o.finish_reason;
@@ -376,7 +377,7 @@ struct HttpServer::Impl {
     } else {
       res = json_response(completion_response(meta, c.text, c.ids, c.finish_reason,
                                               c.stop_reason, c.prompt_tokens,
-                                              c.completion_tokens));
+                                              c.completion_tokens, c.cached_tokens));
     }
     for (const auto& [k, v] : head.headers) res.set_header(k, v);
     return res;

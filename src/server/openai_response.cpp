@@ -22,10 +22,11 @@ ResponseMeta make_response_meta(ApiKind kind, const std::string& request_id,
   return m;
 }
 
-json usage_json(int prompt_tokens, int completion_tokens) {
+json usage_json(int prompt_tokens, int completion_tokens, int cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 namespace {
@@ -44,7 +45,8 @@ json stop_reason_value(const RequestOutput& out) {
 
 json completion_response(const ResponseMeta& meta, const std::string& text,
                          const std::vector<int32_t>& token_ids, const std::string& finish_reason,
-                         const json& stop_reason, int prompt_tokens, int completion_tokens) {
+                         const json& stop_reason, int prompt_tokens, int completion_tokens,
+                         int cached_tokens) {
   json out = {{"id", meta.id},
               {"object", meta.kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
               {"created", meta.created},
@@ -67,7 +69,7 @@ json completion_response(const ResponseMeta& meta, const std::string& text,
     choice["token_ids"] = token_ids;
   }
   out["choices"] = json::array({std::move(choice)});
-  out["usage"] = usage_json(prompt_tokens, completion_tokens);
+  out["usage"] = usage_json(prompt_tokens, completion_tokens, cached_tokens);
   if (!meta.kv_transfer_params.is_null()) out["kv_transfer_params"] = meta.kv_transfer_params;
   return out;
 }
@@ -146,7 +148,7 @@ std::string StreamFormatter::on_output(const RequestOutput& out) {
           {"created", meta_.created},
           {"model", meta_.model},
           {"choices", json::array()},
-          {"usage", usage_json(out.prompt_tokens, out.completion_tokens)}};
+          {"usage", usage_json(out.prompt_tokens, out.completion_tokens, out.cached_tokens)}};
       events += sse_event(c);
     }
     events += kSseDone;

@@ -29,7 +29,9 @@ ResponseMeta make_response_meta(ApiKind kind, const std::string& request_id,
                                 const std::string& model, bool return_token_ids,
                                 std::vector<int32_t> prompt_token_ids);
 
-nlohmann::ordered_json usage_json(int prompt_tokens, int completion_tokens);
+// OpenAI's usage, with prompt_tokens_details.cached_tokens: the prompt tokens the prefix cache
+// served.
+nlohmann::ordered_json usage_json(int prompt_tokens, int completion_tokens, int cached_tokens);
 
 // vLLM's stop_reason for a finished output: the stop token id (not an end-of-sequence id) or the
 // stop string that ended it; null otherwise (end of sequence, length, abort).
@@ -40,7 +42,8 @@ nlohmann::ordered_json completion_response(const ResponseMeta& meta, const std::
                                            const std::vector<int32_t>& token_ids,
                                            const std::string& finish_reason,
                                            const nlohmann::ordered_json& stop_reason,
-                                           int prompt_tokens, int completion_tokens);
+                                           int prompt_tokens, int completion_tokens,
+                                           int cached_tokens);
 
 // JSON text as sent: invalid UTF-8 (never expected from the engine) becomes U+FFFD.
 std::string dump_json(const nlohmann::ordered_json& j);

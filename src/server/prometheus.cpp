@@ -98,6 +98,8 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
       {true, "vllm:num_preemptions", "Cumulative number of preemption from the engine.", double(m.num_preemptions)},
       {true, "vllm:prompt_tokens", "Number of prefill tokens processed.", double(m.prompt_tokens)},
       {true, "vllm:generation_tokens", "Number of generation tokens processed.", double(m.generation_tokens)},
+      {true, "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", double(m.prefix_cache_queries)},
+      {true, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", double(m.prefix_cache_hits)},
   });
 
   w.header("vllm:request_success_total", "counter", "Count of successfully processed requests.");

@@ -136,11 +136,6 @@ void DflashBackbone::free_sequence(int seq) {
   kv_.free_sequence(seq);
 }
 
-void DflashBackbone::add_context(int seq, const float* feats, int rows, int width, int pos) {
-  const AcceptJob job{seq, {}, pos, TargetFeatures{feats, rows, width}};
-  add_contexts(std::span<const AcceptJob>(&job, 1));
-}
-
 void DflashBackbone::add_contexts(std::span<const AcceptJob> jobs) {
   const ModelConfig& L = cfg_.layers;
   const int64_t H = L.hidden_size;
@@ -178,6 +173,13 @@ void DflashBackbone::add_contexts(std::span<const AcceptJob> jobs) {
   const LayerRows lr = rows_.make_blocks(rope_, blocks_, SeqRows::Visibility::None);
   for (int l = 0; l < L.num_layers; ++l)
     inject_context_kv(L, layers_[size_t(l)], kv_.layer(l), lr, ctx_.data(), scratch_);
+  if (kv_.prefix_caching())
+    for (const AcceptJob& j : jobs)
+      if (j.feats.rows > 0) {
+        if (j.committed.size() != size_t(j.feats.rows))
+          fail("drafter: ", j.feats.rows, " context rows come with ", j.committed.size(), " tokens");
+        kv_.commit(j.seq, j.pos, j.committed);
+      }
 }
 
 void DflashBackbone::draft_logits(std::span<const DraftJob> jobs, int first_row,

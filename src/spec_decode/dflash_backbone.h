@@ -60,10 +60,16 @@ class DflashBackbone {
 
   int new_sequence();
   void free_sequence(int seq);
-  // Appends context rows at positions [pos, pos + feats.rows) (features: taps concatenated).
-  void add_context(int seq, const float* feats, int rows, int width, int pos);
-  // add_context for many sequences in one pass (one fc product, one injection per layer).
+  // Appends each job's context rows, at positions [pos, pos + feats.rows) (features: taps
+  // concatenated; `committed`: their tokens), in one pass (one fc product, one injection per
+  // layer).
   void add_contexts(std::span<const AcceptJob> jobs);
+  // Prefix caching of the context rows (KvCache::attach_prefix): rows are cached under their
+  // tokens as they are added.
+  void enable_prefix_caching() { kv_.set_prefix_caching(true); }
+  int attach_prefix(int seq, std::span<const int32_t> tokens, int max_len) {
+    return kv_.attach_prefix(seq, tokens, max_len);
+  }
   // One drafting round for many sequences in one pass: each job's block [anchor, MASK x (n-1)]
   // (n = block_size) at the job's position runs through the layers together with the others',
   // then the head scores rows [first_row, first_row + job.k) of each block, one matrix product
@@ -109,13 +115,20 @@ class DflashBackboneDrafter : public Drafter {
 
   const std::vector<int>& target_layers() const override { return bb_.config().target_layer_ids; }
   int begin() override { return bb_.new_sequence(); }
-  void extend(int seq, std::span<const int32_t>, int pos, const TargetFeatures& feats) override {
-    bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
+  void extend(int seq, std::span<const int32_t> tokens, int pos,
+              const TargetFeatures& feats) override {
+    accept(seq, tokens, pos, feats);
   }
-  void accept(int seq, std::span<const int32_t>, int pos, const TargetFeatures& feats) override {
-    bb_.add_context(seq, feats.data, feats.rows, feats.width, pos);
+  void accept(int seq, std::span<const int32_t> tokens, int pos,
+              const TargetFeatures& feats) override {
+    const AcceptJob job{seq, tokens, pos, feats};
+    bb_.add_contexts(std::span<const AcceptJob>(&job, 1));
   }
   void accept_batch(std::span<const AcceptJob> jobs) override { bb_.add_contexts(jobs); }
+  void enable_prefix_caching() override { bb_.enable_prefix_caching(); }
+  int attach_prefix(int seq, std::span<const int32_t> tokens, int max_len) override {
+    return bb_.attach_prefix(seq, tokens, max_len);
+  }
   void end(int seq) override { bb_.free_sequence(seq); }
   void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds,
                Draft& out) override;

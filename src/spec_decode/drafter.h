@@ -103,6 +103,16 @@ class Drafter {
     for (const AcceptJob& j : jobs) accept(j.seq, j.committed, j.pos, j.feats);
   }
   virtual void end(int seq) = 0;
+
+  // Prefix caching. Once enabled, a drafter may keep the context of ended sequences, keyed by
+  // their tokens, and start a new, empty sequence from it: attach_prefix gives `seq` the context
+  // of the longest prefix of tokens[0, max_len) it holds, as if extend() had been given those
+  // positions, and returns its length (a multiple of the KV block, for the target's cache to cut
+  // to). The default keeps none: requests prefill from position 0.
+  virtual void enable_prefix_caching() {}
+  virtual int attach_prefix(int /*seq*/, std::span<const int32_t> /*tokens*/, int /*max_len*/) {
+    return 0;
+  }
 };
 
 // Loads the drafter a SpecConfig names, for `target`. Drafter matrices are held as `dtype`.

@@ -1,5 +1,6 @@
 // N-gram prompt lookup: find the latest earlier occurrence of the last n tokens (n from max
 // down to min) in the sequence so far and propose the tokens that followed it. No model.
+#include <algorithm>
 #include <unordered_map>
 
 #include "spec_decode/drafters.h"
@@ -31,6 +32,12 @@ class NgramDrafter : public Drafter {
     h.insert(h.end(), committed.begin(), committed.end());
   }
   void end(int seq) override { seqs_.erase(seq); }
+  // The context is the tokens: a cached prefix is as long as the target's.
+  int attach_prefix(int seq, std::span<const int32_t> tokens, int max_len) override {
+    auto& h = seqs_[seq];
+    h.assign(tokens.begin(), tokens.begin() + std::min<ptrdiff_t>(max_len, ptrdiff_t(tokens.size())));
+    return int(h.size());
+  }
 
   void propose(int seq, int32_t anchor, int, int k, const DraftSampling&, Draft& out) override {
     out.clear();

@@ -24,7 +24,12 @@ class Recorder final : public SchedulerHooks {
  public:
   void admitted(RequestState& r, double) override { admitted_ids.push_back(r.req.request_id); }
   void released(RequestState& r) override { released_ids.push_back(r.req.request_id); }
+  // A drafter that holds `drafter_holds` positions of any cached prefix.
+  int prefix_attached(RequestState&, std::span<const int32_t>, int n) override {
+    return std::min(n, drafter_holds);
+  }
   std::vector<std::string> admitted_ids, released_ids;
+  int drafter_holds = 1 << 30;
 };
 
 class RequestSchedulerTest : public ::testing::Test {
@@ -48,6 +53,10 @@ class RequestSchedulerTest : public ::testing::Test {
   // that completes emits its first token); each decoding request accepts `accepted` drafts.
   void run(const StepPlan& plan, int accepted) {
     for (RequestState* r : plan.prefill) {
+      if (kv_->prefix_caching()) {  // the chunk's KV is final: cached by its tokens (all 7)
+        kv_->set_length(r->kv_seq, r->computed + r->chunk);
+        kv_->commit(r->kv_seq, r->computed, std::vector<int32_t>(size_t(r->chunk), 7));
+      }
       r->computed += r->chunk;
       if (r->computed == r->target_len) {
         r->decoding = true;
@@ -191,6 +200,45 @@ TEST_F(RequestSchedulerTest, ARequestWaitsWhileItsPromptAndOneRoundDoNotFitAndSo
   make(1, SchedulerConfig{.max_num_seqs = 4, .max_num_batched_tokens = 256});
   add("c", 10, 2);
   EXPECT_EQ(ids(sched_->schedule(8, 0.0).prefill), (std::vector<std::string>{"c"}));
+}
+
+TEST_F(RequestSchedulerTest, ACachedPrefixIsNotPrefilledAgainAndTheLastPositionAlwaysIs) {
+  make(16, SchedulerConfig{.max_num_seqs = 4, .max_num_batched_tokens = 256});
+  kv_->set_prefix_caching(true);
+  RequestState& a = add("a", 40, 4);
+  run(sched_->schedule(0, 0.0), 0);
+  EXPECT_EQ(a.computed, 40);
+  EXPECT_EQ(a.cached_tokens, 0);
+  sched_->release(a);
+  sched_->running().clear();
+
+  // The same 40 tokens: two whole blocks are cached, 8 positions are prefilled.
+  RequestState& b = add("b", 40, 4);
+  const StepPlan& plan = sched_->schedule(0, 0.0);
+  EXPECT_EQ(b.cached_tokens, 32);
+  ASSERT_EQ(ids(plan.prefill), (std::vector<std::string>{"b"}));
+  EXPECT_EQ(b.chunk, 8);
+  EXPECT_EQ(sched_->prefix_queries(), 80);
+  EXPECT_EQ(sched_->prefix_hits(), 32);
+  run(plan, 0);
+  sched_->release(b);
+  sched_->running().clear();
+
+  // A prompt of exactly two blocks: its last position is computed again, so one block is used.
+  RequestState& c = add("c", 32, 4);
+  sched_->schedule(0, 0.0);
+  EXPECT_EQ(c.cached_tokens, 16);
+  EXPECT_EQ(c.chunk, 16);
+  sched_->release(c);
+  sched_->running().clear();
+
+  // A drafter that holds less: both resume where the drafter's context ends.
+  hooks_.drafter_holds = 16;
+  RequestState& d = add("d", 40, 4);
+  sched_->schedule(0, 0.0);
+  EXPECT_EQ(d.cached_tokens, 16);
+  EXPECT_EQ(d.chunk, 24);
+  EXPECT_EQ(kv_->length(d.kv_seq), 16);
 }
 
 }  // namespace

@@ -37,8 +37,8 @@ struct EngineMetrics {
   double kv_cache_usage_perc =
       0;  // fraction in [0, 1] of KV blocks in use (vLLM reports a fraction)
   // Counters.
-  int64_t prompt_tokens =
-      0;  // prompt tokens prefilled (recomputation after preemption not counted)
+  // Prompt tokens of requests that produced their first token (cached or prefilled; counted once).
+  int64_t prompt_tokens = 0;
   int64_t generation_tokens = 0;  // tokens emitted
   int64_t num_preemptions = 0;
   // Prefix caching (vLLM's prefix_cache_queries / _hits): prompt tokens of admitted requests, and

@@ -251,14 +251,12 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
       r->dv->d->extend(r->draft_seq, committed_, r->computed,
                        TargetFeatures{feats, dtaps ? r->chunk : 0, dwidth});
     }
-    // Prompt tokens: the prefilled ones, and with the first chunk those the cache held.
-    if (r->out_tokens.empty())
-      out_.metrics().prompt_tokens += r->chunk + (r->computed == r->cached_tokens ? r->cached_tokens : 0);
     r->computed += r->chunk;
     if (!completes) continue;
     const int out_row = n_head_ + tail_i++;
     r->decoding = true;
     if (r->out_tokens.empty()) {
+      out_.metrics().prompt_tokens += r->prompt_len();  // as vLLM: at the first token, cached or not
       Rng rng = position_rng(r->req.params.sampling.seed, kResidualStream, r->target_len - 1);
       const int32_t tok = sampler_.sample(out.logits_row(out_row), V, r->req.params.sampling, rng);
       out_.first_token(*r, now_seconds());

@@ -39,6 +39,7 @@ struct Collected {
   std::vector<int32_t> tokens;
   std::string text, finish_reason;
   int outputs = 0;
+  int cached_tokens = 0;
   bool finished = false;
 };
 
@@ -56,6 +57,7 @@ std::vector<Collected> run_all(Engine& e, const std::vector<EngineRequest>& reqs
         EXPECT_FALSE(c.finished) << "output after the end of request " << i;
         c.tokens.insert(c.tokens.end(), o.token_ids.begin(), o.token_ids.end());
         c.text += o.text;
+        c.cached_tokens = o.cached_tokens;
         ++c.outputs;
         if (o.finished) {
           c.finished = true;
@@ -202,6 +204,105 @@ TEST(Engine, F32GreedyEqualsPlainDecodingAloneAtEveryConcurrency) {
     EXPECT_EQ(m.kv_cache_usage_perc, 0.0)
         << c.name << ": blocks still held after every request ended";
   }
+}
+
+// Prefix caching: a second question about one document, a chat's next turn and a repeated prompt
+// start from their cached blocks, and f32 greedy output stays what plain decoding gives, for
+// plain, DSpark and n-gram engines, with requests one after another, all at once (one prefix
+// prefilled twice side by side) and in a pool so small that shared blocks meet eviction and
+// preemption. A repeated prompt drafts exactly as the first time: the drafter's context came back
+// with the target's cache.
+TEST(Engine, PrefixCachingKeepsF32OutputAndSkipsCachedPrefixes) {
+  if (!fs::exists(kModels + "/demo-dspark/config.json"))
+    GTEST_SKIP() << "models/demo-dspark is not in this checkout";
+  Demo demo;
+  const GenerateParams gp = demo.params(24);
+  const ChatFormat fmt = detect_chat_format(*demo.tok);
+  std::string doc;
+  for (int i = 0; i < 12; ++i)
+    doc += "Line " + std::to_string(i) + ": the store sells " + std::to_string(3 + i) +
+           " apples for " + std::to_string(2 * i + 1) + " dollars. ";
+  auto chat = [&](std::vector<ChatMessage> m) {
+    return demo.tok->encode(apply_chat_template(fmt, m, true));
+  };
+  const auto q1 = chat({{"user", doc + "How many apples are on line 3?"}});
+  const auto q2 = chat({{"user", doc + "What do the apples on line 7 cost?"}});
+  const auto t1 = chat({{"user", "What is 7 times 8?"}});
+  const std::vector<int32_t> a1 = demo.alone(t1, gp);
+  const auto t2 = chat({{"user", "What is 7 times 8?"},
+                        {"assistant", demo.tok->decode(a1)},
+                        {"user", "And 7 times 9?"}});
+  const std::vector<std::vector<int32_t>> prompts = {q1, q2, t1, t2, q1};
+  std::vector<EngineRequest> reqs;
+  std::vector<std::vector<int32_t>> want;
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    reqs.push_back({"r" + std::to_string(i), prompts[i], gp});
+    want.push_back(demo.alone(prompts[i], gp));
+    prompt_tokens += int64_t(prompts[i].size());
+  }
+  const std::string ngram =
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3})";
+  struct Case {
+    const char* name;
+    std::string spec;
+    bool one_by_one;
+    int64_t kv_tokens;
+  };
+  const std::vector<Case> cases = {
+      {"plain, one after another", "", true, 0},
+      {"dspark, one after another", demo_spec(false), true, 0},
+      {"n-gram, one after another", ngram, true, 0},
+      {"dspark, all at once", demo_spec(false), false, 0},
+      {"dspark, all at once in a pool for one long request", demo_spec(false), false,
+       int64_t(q2.size()) + 24 + 3 * kKvBlock},
+  };
+  for (const Case& c : cases) {
+    EngineOptions opt;
+    opt.enable_prefix_caching = true;
+    opt.max_num_seqs = 5;
+    opt.kv_tokens = c.kv_tokens;
+    auto e = demo.engine(opt, c.spec);
+    std::vector<Collected> got;
+    std::vector<int64_t> accepted;  // drafts accepted, per request (one after another)
+    if (c.one_by_one) {
+      for (const EngineRequest& r : reqs) {
+        const int64_t before = e->metrics().spec_num_accepted_tokens;
+        got.push_back(run_all(*e, {r})[0]);
+        accepted.push_back(e->metrics().spec_num_accepted_tokens - before);
+      }
+    } else {
+      got = run_all(*e, reqs);
+    }
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(got[i].tokens, want[i]) << c.name << ": request " << i;
+    const EngineMetrics m = e->metrics();
+    EXPECT_EQ(m.prefix_cache_queries, prompt_tokens) << c.name;
+    EXPECT_EQ(m.prompt_tokens, prompt_tokens) << c.name;
+    EXPECT_EQ(m.kv_cache_usage_perc, 0.0) << c.name;
+    if (c.kv_tokens > 0) {
+      EXPECT_GT(m.num_preemptions, 0) << c.name;
+    }
+    if (!c.one_by_one) continue;
+    int64_t hits = 0;
+    for (const Collected& g : got) hits += g.cached_tokens;
+    EXPECT_EQ(m.prefix_cache_hits, hits) << c.name;
+    EXPECT_EQ(got[0].cached_tokens, 0) << c.name;
+    // The document's whole blocks, the first turn's, and all of the repeat but its last block.
+    const int doc_blocks = int(q1.size()) / kKvBlock - 2;
+    EXPECT_GE(got[1].cached_tokens, doc_blocks * kKvBlock) << c.name;
+    EXPECT_GE(got[3].cached_tokens, int(t1.size()) / kKvBlock * kKvBlock) << c.name;
+    EXPECT_EQ(got[4].cached_tokens, (int(q1.size()) - 1) / kKvBlock * kKvBlock) << c.name;
+    if (!c.spec.empty()) {
+      EXPECT_EQ(accepted[4], accepted[0]) << c.name << ": the repeat drafts differently";
+    }
+  }
+  // Off, nothing is cached or counted.
+  EngineOptions opt;
+  auto e = demo.engine(opt, demo_spec(false));
+  const auto got = run_all(*e, {reqs[0], reqs[4]}, {0, 200});
+  EXPECT_EQ(got[1].cached_tokens, 0);
+  EXPECT_EQ(e->metrics().prefix_cache_queries, 0);
 }
 
 TEST(Engine, SampledOutputDependsOnlyOnTheRequest) {

@@ -14,6 +14,7 @@
 
 #include "cli/bench_prompts.h"
 #include "client/load_run.h"
+#include "client/prefix_prompts.h"
 #include "client/report.h"
 #include "client/server_process.h"
 #include "client/svg_plot.h"
@@ -39,6 +40,20 @@ void declare_flags(Args& a) {
             "prompt JSONL (MT-Bench / Spec-Bench, or dspark corpus prompts); request i sends "
             "prompt i mod N",
             true, kDemoMathPrompts)
+      .flag("dataset-name",
+            "prompts: the --prompts file; prefix_repetition: vLLM's shared-prefix set, questions "
+            "about a few long documents (--prefix-repetition-*)",
+            true, "prompts")
+      .flag("prefix-repetition-prefix-len", "tokens of each shared prefix", true, "256")
+      .flag("prefix-repetition-suffix-len", "tokens after the prefix, different in every prompt",
+            true, "32")
+      .flag("prefix-repetition-num-prefixes",
+            "distinct prefixes; prompt i has prefix i mod N. The warm-ups (at least N) are new "
+            "prompts, one per prefix, so the run's prefixes are cached when the server caches",
+            true, "4")
+      .flag("prefix-repetition-document",
+            "text the prefixes and suffixes are cut from, by the server's /tokenize", true,
+            "/usr/share/common-licenses/GPL-3")
       .flag("endpoint",
             "/v1/chat/completions (the prompt as one user message) or /v1/completions (raw text)",
             true, "/v1/chat/completions")
@@ -158,9 +173,32 @@ int bench_serve(int argc, char** argv) {
          "'");
   if (auto k = args.opt("api-key")) lo.api_key = *k;
   if (auto n = args.opt("served-model-name")) lo.model = *n;
-  for (const auto& p : read_prompts(args.str("prompts"), 0)) lo.prompts.push_back(p.text);
+  const std::string dataset = args.str("dataset-name");
+  std::optional<PrefixRepetition> prefix_rep;
   const int num_prompts = int(args.integer("num-prompts", 0, 10000000));
-  lo.num_prompts = num_prompts > 0 ? num_prompts : int(lo.prompts.size());
+  if (dataset == "prefix_repetition") {
+    if (sweep) fail("flag --dataset-name prefix_repetition: not with --sweep");
+    if (args.on("prompts")) fail("flag --prompts: not with --dataset-name prefix_repetition");
+    PrefixRepetition pr;
+    pr.prefix_len = int(args.integer("prefix-repetition-prefix-len", 1, 1 << 24));
+    pr.suffix_len = int(args.integer("prefix-repetition-suffix-len", 1, 1 << 24));
+    pr.num_prefixes = int(args.integer("prefix-repetition-num-prefixes", 1, 100000));
+    const std::string doc = args.str("prefix-repetition-document");
+    std::ifstream f(doc, std::ios::binary);
+    if (!f) fail("flag --prefix-repetition-document: cannot read ", doc);
+    pr.document.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    if (pr.document.empty()) fail("flag --prefix-repetition-document: ", doc, " is empty");
+    prefix_rep = std::move(pr);
+    lo.num_prompts = num_prompts > 0 ? num_prompts : 4 * prefix_rep->num_prefixes;
+  } else if (dataset == "prompts") {
+    for (const char* f : {"prefix-repetition-prefix-len", "prefix-repetition-suffix-len",
+                          "prefix-repetition-num-prefixes", "prefix-repetition-document"})
+      if (args.on(f)) fail("flag --", f, " needs --dataset-name prefix_repetition");
+    for (const auto& p : read_prompts(args.str("prompts"), 0)) lo.prompts.push_back(p.text);
+    lo.num_prompts = num_prompts > 0 ? num_prompts : int(lo.prompts.size());
+  } else {
+    fail("flag --dataset-name must be prompts or prefix_repetition, got '", dataset, "'");
+  }
   lo.max_concurrency = int(args.integer("max-concurrency", 0, 1000000));
   const std::string rate = args.str("request-rate");
   lo.request_rate = rate == "inf" ? INFINITY : args.number("request-rate", 0, 1e9);
@@ -197,6 +235,13 @@ int bench_serve(int argc, char** argv) {
       lo.url = parse_server_url(args.str("base-url"), "flag --base-url");
     }
     if (lo.model.empty()) lo.model = first_served_model(lo.url, lo.api_key);
+    if (prefix_rep) {
+      PrefixPromptSet ps =
+          prefix_repetition_prompts(lo.url, lo.api_key, lo.model, *prefix_rep, lo.num_prompts);
+      lo.prompts = std::move(ps.run);
+      lo.warmup_prompts = std::move(ps.warmup);
+      lo.num_warmups = std::max(lo.num_warmups, prefix_rep->num_prefixes);
+    }
     std::fprintf(stderr, "bench serve: %d requests to %s%s (model %s), concurrency %s, rate %s\n",
                  lo.num_prompts, lo.url.text().c_str(), lo.endpoint.c_str(), lo.model.c_str(),
                  lo.max_concurrency > 0 ? std::to_string(lo.max_concurrency).c_str() : "unbounded",

@@ -37,7 +37,8 @@ StreamRequest make_request(const LoadOptions& o, const std::string& text, int64_
 // Sends requests first..first+n-1, each no earlier than its arrival offset, with at most
 // `concurrency` in flight (workers take requests in order, so each starts at the later of its
 // arrival and a free slot).
-std::vector<Timed> dispatch(const LoadOptions& o, int64_t first, int n, int concurrency,
+std::vector<Timed> dispatch(const LoadOptions& o, const std::vector<std::string>& prompts,
+                            int64_t first, int n, int concurrency,
                             const std::vector<double>& arrivals, const std::string& tag,
                             Clock::time_point& t0) {
   std::vector<Timed> results(size_t(std::max(n, 0)));
@@ -51,7 +52,7 @@ std::vector<Timed> dispatch(const LoadOptions& o, int64_t first, int n, int conc
                                std::chrono::duration<double>(arrivals[size_t(i)]));
       std::this_thread::sleep_until(at);
       const int64_t idx = first + i;
-      const std::string& text = o.prompts[size_t(idx % int64_t(o.prompts.size()))];
+      const std::string& text = prompts[size_t(idx % int64_t(prompts.size()))];
       Timed& t = results[size_t(i)];
       t.sent_s = std::chrono::duration<double>(Clock::now() - t0).count();
       try {
@@ -126,14 +127,16 @@ nlohmann::json run_load(const LoadOptions& o) {
   // Readiness: one short request must succeed before anything is timed.
   {
     const StreamOutcome t = send_stream_request(
-        o.url, make_request(o, o.prompts[0], 0, std::min(o.max_tokens, 8), "test"));
+        o.url, make_request(o, o.warmup_prompts.empty() ? o.prompts[0] : o.warmup_prompts[0], 0,
+                            std::min(o.max_tokens, 8), "test"));
     if (!t.success) fail("the test request to ", o.url.text(), o.endpoint, " failed: ", t.error);
   }
   Clock::time_point t0;
   if (o.num_warmups > 0) {
     const int c =
         o.max_concurrency > 0 ? std::min(o.max_concurrency, o.num_warmups) : o.num_warmups;
-    dispatch(o, 0, o.num_warmups, c, std::vector<double>(size_t(o.num_warmups), 0.0), "warmup", t0);
+    dispatch(o, o.warmup_prompts.empty() ? o.prompts : o.warmup_prompts, 0, o.num_warmups, c,
+             std::vector<double>(size_t(o.num_warmups), 0.0), "warmup", t0);
   }
   nlohmann::json result = settings_json(o);
   SpecCounters before, after;
@@ -144,7 +147,7 @@ nlohmann::json run_load(const LoadOptions& o) {
     metrics_error = e.what();
   }
   const auto arrivals = poisson_arrivals(o.num_prompts, o.request_rate, o.seed);
-  auto timed = dispatch(o, 0, o.num_prompts, o.max_concurrency, arrivals, "run", t0);
+  auto timed = dispatch(o, o.prompts, 0, o.num_prompts, o.max_concurrency, arrivals, "run", t0);
   const double duration = std::chrono::duration<double>(Clock::now() - t0).count();
   if (metrics_error.empty()) {
     try {

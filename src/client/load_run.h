@@ -21,6 +21,7 @@ struct LoadOptions {
   std::string endpoint = "/v1/chat/completions";  // or /v1/completions
   std::string model;  // the request's "model", and the model_name label read from /metrics
   std::vector<std::string> prompts;  // request i sends prompts[i % size]
+  std::vector<std::string> warmup_prompts;  // the warm-ups' (empty: `prompts`)
   int num_prompts = 10;
   int max_concurrency = 0;         // 0: unbounded (every request may be in flight)
   double request_rate = INFINITY;  // requests/s with Poisson arrivals; inf: all at time 0

@@ -64,17 +64,32 @@ ServerUrl parse_server_url(const std::string& url, const std::string& what) {
   return u;
 }
 
-HttpReply http_get(const ServerUrl& url, const std::string& path, const std::string& api_key,
-                   double timeout_s) {
+namespace {
+
+HttpReply http_call(const ServerUrl& url, const std::string& path, const std::string* body,
+                    const std::string& api_key, double timeout_s) {
   httplib::Client cli(url.host, url.port);
   const auto secs = std::chrono::duration<double>(timeout_s);
   cli.set_connection_timeout(std::chrono::duration_cast<std::chrono::microseconds>(secs));
   cli.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(secs));
   httplib::Headers h;
   if (!api_key.empty()) h.emplace("Authorization", "Bearer " + api_key);
-  auto res = cli.Get(url.prefix + path, h);
+  auto res = body ? cli.Post(url.prefix + path, h, *body, "application/json")
+                  : cli.Get(url.prefix + path, h);
   if (!res) return {-1, transport_error(res.error())};
   return {res->status, res->body};
+}
+
+}  // namespace
+
+HttpReply http_get(const ServerUrl& url, const std::string& path, const std::string& api_key,
+                   double timeout_s) {
+  return http_call(url, path, nullptr, api_key, timeout_s);
+}
+
+HttpReply http_post(const ServerUrl& url, const std::string& path, const std::string& body,
+                    const std::string& api_key, double timeout_s) {
+  return http_call(url, path, &body, api_key, timeout_s);
 }
 
 std::string first_served_model(const ServerUrl& url, const std::string& api_key) {

@@ -1,5 +1,6 @@
 // The parts of a dspark (or vLLM) server's HTTP API that the client reads: the base URL,
-// GET /health, GET /v1/models and the speculative-decoding counters of GET /metrics.
+// GET /health, GET /v1/models, POST /tokenize and /detokenize and the speculative-decoding
+// counters of GET /metrics.
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,10 @@ struct HttpReply {
 // One GET with a timeout; an "Authorization: Bearer" header when api_key is not empty.
 HttpReply http_get(const ServerUrl& url, const std::string& path, const std::string& api_key,
                    double timeout_s);
+
+// One POST of a JSON body, as http_get.
+HttpReply http_post(const ServerUrl& url, const std::string& path, const std::string& body,
+                    const std::string& api_key, double timeout_s);
 
 // The id of the first model GET /v1/models lists (vLLM bench serve's default). Throws Error.
 std::string first_served_model(const ServerUrl& url, const std::string& api_key);

@@ -48,6 +48,7 @@ int bench_step(int argc, char** argv) {
       .flag("max-step-tokens", "with --sps-out: the largest step B, as dspark serve's --max-num-batched-tokens "
                                "(profiled up to 512 tokens, extrapolated beyond)", true, "2048");
   add_runtime_flags(args);
+  add_kv_cache_flag(args);
   if (!args.parse(argc, argv, "bench step",
                   "Latency of one target forward for batch x tokens-per-sequence at several contexts\n"
                   "(the SPS(B) curve the adaptive verification length uses), prefill tok/s, and the\n"
@@ -55,6 +56,7 @@ int bench_step(int argc, char** argv) {
     return 0;
   const LoadOptions load = apply_runtime_flags(args);
   const DType dtype = load.dtype;
+  const DType kv_dtype = kv_cache_dtype_from_flag(args, dtype);
   const GemmBackend g = gemm_backend_from_name(args.str("gemm"), "flag --gemm");
   if (g != GemmBackend::Auto && !gemm_backend_available(g))
     fail("flag --gemm ", args.str("gemm"), ": this CPU cannot run it (", cpu_features().describe(), ")");
@@ -80,7 +82,7 @@ int bench_step(int argc, char** argv) {
   opt.batches = args.int_list("batches", 1, 4096);
   opt.tokens = args.int_list("tokens", 1, 4096);
   opt.reps = int(args.integer("reps", 1, 100000));
-  opt.kv_dtype = dtype;
+  opt.kv_dtype = kv_dtype;
   const int prefill_tokens = int(args.integer("prefill-tokens", 0, 1 << 24));
   check_step_profile(model->config(), opt, prefill_tokens);
   const bool json = args.on("json");
@@ -89,7 +91,7 @@ int bench_step(int argc, char** argv) {
                  num_threads(), gemm_backend_name(gemm_backend()), cpu_features().describe().c_str());
   const double bw = measure_read_bandwidth();
   auto points = profile_steps(*model, opt);
-  const double prefill = prefill_tokens > 0 ? profile_prefill(*model, prefill_tokens, 512, dtype) : 0;
+  const double prefill = prefill_tokens > 0 ? profile_prefill(*model, prefill_tokens, 512, kv_dtype) : 0;
   const size_t wbytes = streamed_weight_bytes(*model);
   const ModelConfig& c = model->config();
 
@@ -101,6 +103,7 @@ int bench_step(int argc, char** argv) {
   nlohmann::json j;
   j["model"] = name;
   j["dtype"] = dtype_name(dtype);
+  j["kv_cache_dtype"] = dtype_name(kv_dtype);
   j["threads"] = num_threads();
   j["gemm"] = gemm_backend_name(gemm_backend());
   j["cpu"] = cpu_features().describe();
@@ -110,7 +113,8 @@ int bench_step(int argc, char** argv) {
   j["prefill_tok_s"] = prefill;
   // What a step must read at least: every streamed matrix once, and each sequence's K and V of
   // every layer over its cached and new positions.
-  const double kv_per_position = double(c.num_layers) * 2.0 * c.kv_dim() * double(dtype_size(opt.kv_dtype));
+  const double kv_per_position =
+      double(KvCache::bytes_per_token(c.num_layers, c.num_kv_heads, c.head_dim, opt.kv_dtype));
   auto step_bytes = [&](const StepPoint& p) {
     return double(wbytes) + double(p.batch) * double(p.context + p.tokens_per_seq) * kv_per_position;
   };
@@ -136,7 +140,7 @@ int bench_step(int argc, char** argv) {
   if (auto out = args.opt("sps-out")) {
     const int K = int(args.integer("num-speculative-tokens", 1, 64));
     const int max_b = int(args.integer("max-step-tokens", K + 1, 1 << 16));
-    const std::vector<double> sps = profile_sps_curve(*model, dtype, K, max_b);
+    const std::vector<double> sps = profile_sps_curve(*model, kv_dtype, K, max_b);
     nlohmann::json f = {{"model", name}, {"dtype", dtype_name(dtype)}, {"threads", num_threads()},
                         {"gemm", gemm_backend_name(gemm_backend())}, {"cpu", cpu_features().describe()},
                         {"num_speculative_tokens", K},
@@ -201,6 +205,7 @@ int bench_spec(int argc, char** argv) {
   add_length_flags(args, "128");
   add_sampling_flags(args, SamplingParams{});
   add_runtime_flags(args);
+  add_kv_cache_flag(args);
   if (!args.parse(argc, argv, "bench spec",
                   "Runs every prompt twice in the same run, plain and speculative, and reports, per "
                   "category\n"
@@ -214,6 +219,7 @@ int bench_spec(int argc, char** argv) {
     return 0;
   const LoadOptions load = apply_runtime_flags(args);
   const DType dtype = load.dtype;
+  const DType kv_dtype = kv_cache_dtype_from_flag(args, dtype);
   const std::string dir = args.str("model");
   GenerateParams gp;
   length_from_flags(args, gp);
@@ -239,7 +245,7 @@ int bench_spec(int argc, char** argv) {
   const ModelConfig& cfg = model->config();
   SpecConfig spec = SpecConfig::parse(args.str("speculative-config"));
   auto drafter = load_drafter(spec, *model, dtype);
-  auto policy = make_verify_policy(spec, *model, dtype);
+  auto policy = make_verify_policy(spec, *model, kv_dtype);
   gp.stop_token_ids = cfg.eos_token_ids;
   const bool raw = args.on("raw");
   std::optional<ChatFormat> fmt;
@@ -247,7 +253,7 @@ int bench_spec(int argc, char** argv) {
     fmt = detect_chat_format(*tok);
     for (int32_t id : chat_stop_tokens(*tok, *fmt)) gp.stop_token_ids.push_back(id);
   }
-  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype, 1 << 16);
+  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, kv_dtype, 1 << 16);
   Forward fwd(*model, kv);
 
   SpecBenchSetup setup;

@@ -30,10 +30,12 @@ int cmd_generate(int argc, char** argv) {
   add_length_flags(args, "128");
   add_sampling_flags(args, SamplingParams{});
   add_runtime_flags(args);
+  add_kv_cache_flag(args);
   if (!args.parse(argc, argv, "generate", "Generates text from a prompt, streaming it to stdout."))
     return 0;
   const LoadOptions load = apply_runtime_flags(args);
   const DType dtype = load.dtype;
+  const DType kv_dtype = kv_cache_dtype_from_flag(args, dtype);
   const std::string dir = args.str("model");
   if (args.on("prompt") == args.on("prompt-file")) fail("give exactly one of --prompt and --prompt-file");
   if (args.on("system") && !args.on("chat")) fail("flag --system needs --chat (the system message goes into the chat template)");
@@ -65,7 +67,7 @@ int cmd_generate(int argc, char** argv) {
   }
   if (prompt.empty()) fail(args.on("prompt") ? "flag --prompt" : "flag --prompt-file", ": the prompt encodes to no tokens");
 
-  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, dtype, kv_tokens);
+  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, kv_dtype, kv_tokens);
   Forward fwd(*model, kv);
   output_budget(fwd, prompt.size(), gp);  // refuses a prompt over the limits before the drafter loads
   const bool json_out = args.on("json");
@@ -82,7 +84,7 @@ int cmd_generate(int argc, char** argv) {
   if (auto sc = args.opt("speculative-config")) {
     spec = SpecConfig::parse(*sc);
     auto drafter = load_drafter(*spec, *model, dtype);
-    auto policy = make_verify_policy(*spec, *model, dtype);
+    auto policy = make_verify_policy(*spec, *model, kv_dtype);
     r = spec_generate(fwd, *tok, prompt, gp, *drafter, *spec, *policy, metrics, stream);
   } else {
     r = generate(fwd, *tok, prompt, gp, stream);

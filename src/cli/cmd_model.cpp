@@ -209,6 +209,7 @@ int model_perplexity(int argc, char** argv) {
                               "where both models choose the same greedy token")
       .flag("json", "print JSON", false);
   add_runtime_flags(args);
+  add_kv_cache_flag(args);
   if (!args.parse(argc, argv, "model perplexity",
                   "Per-domain next-token loss and perplexity of a model, as the engine runs it (any --dtype,\n"
                   "--quantization or GGUF type), on a tokenized corpus split."))
@@ -217,6 +218,7 @@ int model_perplexity(int argc, char** argv) {
   const int windows = int(args.integer("windows", 1, kFlagIntMax));
   const int seq_len = int(args.integer("seq-len", 1, kFlagIntMax));
   const LoadOptions load = apply_runtime_flags(args);
+  const DType kv_dtype = kv_cache_dtype_from_flag(args, load.dtype);
   TokenShards all = TokenShards::open(args.str("data"), args.str("split"));
   const ModelConfig cfg = ModelConfig::from_dir(dir, load.hf_overrides);
   if (seq_len + 1 > cfg.max_position_embeddings)
@@ -235,7 +237,7 @@ int model_perplexity(int argc, char** argv) {
       fail("flag --agreement-with: ", *ref, " has a vocabulary of ", base->config().vocab_size, ", ", dir, " of ",
            m->config().vocab_size);
   }
-  PerplexityScorer scorer(*m, seq_len + 1);
+  PerplexityScorer scorer(*m, seq_len + 1, 64, kv_dtype);
   std::unique_ptr<PerplexityScorer> base_scorer;
   if (base) base_scorer = std::make_unique<PerplexityScorer>(*base, seq_len + 1);
   json out = json::object();

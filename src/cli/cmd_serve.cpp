@@ -63,6 +63,7 @@ void add_serve_flags(Args& args) {
             false)
       .flag("no-enable-prefix-caching", "turn automatic prefix caching off", false);
   add_runtime_flags(args);
+  add_kv_cache_flag(args);
 }
 
 // The HTTP server's options from the flags (model `dir`).
@@ -100,7 +101,7 @@ EngineOptions engine_options(const Args& args, DType dtype) {
   eo.max_num_seqs = int(args.integer("max-num-seqs", 1, 4096));
   eo.max_num_batched_tokens = int(args.integer("max-num-batched-tokens", 1, 1 << 20));
   eo.max_model_len = int(args.integer("max-model-len", 0, kFlagIntMax));
-  eo.kv_dtype = dtype;  // as `dspark generate`: the KV cache holds the weights' precision
+  eo.kv_dtype = kv_cache_dtype_from_flag(args, dtype);
   eo.prefill_first = args.on("prefill-first");
   if (args.on("enable-prefix-caching") && args.on("no-enable-prefix-caching"))
     fail("flags --enable-prefix-caching and --no-enable-prefix-caching contradict each other");
@@ -178,14 +179,14 @@ int cmd_serve(int argc, char** argv) {
   auto model = Model::load(dir, load);
   const ModelConfig& cfg = model->config();
   check_tokenizer_vocab(*tok, cfg, dir);
-  if (kv_gib) set_kv_cache_size(eo, *kv_gib, cfg, dtype, args);
+  if (kv_gib) set_kv_cache_size(eo, *kv_gib, cfg, eo.kv_dtype, args);
 
   std::unique_ptr<Drafter> drafter;
   std::unique_ptr<VerifyLengthPolicy> policy;
   if (spec) {
     drafter = load_drafter(*spec, *model, dtype);
     // SPS(B) over the step sizes this engine runs (profiled at start-up unless the config has it).
-    policy = make_verify_policy(*spec, *model, dtype, eo.max_num_batched_tokens);
+    policy = make_verify_policy(*spec, *model, eo.kv_dtype, eo.max_num_batched_tokens);
   }
   std::unique_ptr<HiddenExportSink> exports;
   if (kvt) exports = make_exports(*kvt, aux_layers, drafter.get(), cfg, dtype, eo, so);

@@ -43,6 +43,22 @@ LoadOptions apply_runtime_flags(const Args& args) {
   return load;
 }
 
+void add_kv_cache_flag(Args& args) {
+  args.flag("kv-cache-dtype",
+            "auto (the weights' dtype), bf16, fp8 (= fp8_e4m3), fp8_e4m3 or fp8_e5m2: the KV cache's\n"
+            "element type; fp8 keeps an f32 scale per position and KV head (docs/performance.md)",
+            true, "auto");
+}
+
+DType kv_cache_dtype_from_flag(const Args& args, DType weights) {
+  const std::string v = args.str("kv-cache-dtype");
+  if (v == "auto") return weights;
+  if (v == "bf16" || v == "bfloat16") return DType::BF16;
+  if (v == "fp8" || v == "fp8_e4m3") return DType::F8_E4M3;
+  if (v == "fp8_e5m2") return DType::F8_E5M2;
+  fail("flag --kv-cache-dtype must be auto, bf16, fp8, fp8_e4m3 or fp8_e5m2, got '", v, "'");
+}
+
 namespace {
 std::string number_text(double x) {
   std::ostringstream os;

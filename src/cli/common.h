@@ -17,6 +17,12 @@ void add_runtime_flags(Args& args);
 // Applies --threads and returns how the model is loaded (--dtype, --quantization).
 LoadOptions apply_runtime_flags(const Args& args);
 
+// Declares --kv-cache-dtype (vLLM's names: auto, bf16, fp8, fp8_e4m3, fp8_e5m2).
+void add_kv_cache_flag(Args& args);
+// The KV cache's element type from --kv-cache-dtype: auto is the weights' dtype (f32 under
+// --dtype f32), fp8 is fp8_e4m3.
+DType kv_cache_dtype_from_flag(const Args& args, DType weights);
+
 // Refuses a tokenizer with ids the model has no embedding for (naming DIR's two files).
 void check_tokenizer_vocab(const Tokenizer& tok, const ModelConfig& cfg, const std::string& dir);
 

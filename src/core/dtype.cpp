@@ -1,5 +1,6 @@
 #include "core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -21,6 +22,8 @@ size_t dtype_size(DType t) {
     case DType::I8:
     case DType::U8:
     case DType::BOOL:
+    case DType::F8_E4M3:
+    case DType::F8_E5M2:
       return 1;
   }
   return 0;
@@ -38,6 +41,8 @@ const char* dtype_name(DType t) {
     case DType::I8: return "I8";
     case DType::U8: return "U8";
     case DType::BOOL: return "BOOL";
+    case DType::F8_E4M3: return "F8_E4M3";
+    case DType::F8_E5M2: return "F8_E5M2";
   }
   return "?";
 }
@@ -60,6 +65,51 @@ std::optional<DType> dtype_from_flag(std::string_view n) {
   if (n == "f32" || n == "float32" || n == "fp32") return DType::F32;
   if (n == "bf16" || n == "bfloat16") return DType::BF16;
   return std::nullopt;
+}
+
+bool is_fp8(DType t) { return t == DType::F8_E4M3 || t == DType::F8_E5M2; }
+
+namespace {
+struct Fp8Format {
+  int man_bits, bias;
+  uint8_t max_code;  // the largest finite magnitude's code
+};
+Fp8Format fp8_format(DType t) {
+  if (t == DType::F8_E4M3) return {3, 7, 0x7e};
+  if (t == DType::F8_E5M2) return {2, 15, 0x7b};
+  fail("not an fp8 type: ", dtype_name(t));
+}
+}  // namespace
+
+float fp8_to_f32(uint8_t v, DType t) {
+  const Fp8Format f = fp8_format(t);
+  const int e = (v & 0x7f) >> f.man_bits, m = v & ((1 << f.man_bits) - 1);
+  const float mag = e == 0 ? std::ldexp(float(m), 1 - f.bias - f.man_bits)
+                           : std::ldexp(float((1 << f.man_bits) + m), e - f.bias - f.man_bits);
+  return v & 0x80 ? -mag : mag;
+}
+
+float fp8_max(DType t) { return fp8_to_f32(fp8_format(t).max_code, t); }
+
+uint8_t f32_to_fp8(float x, DType t) {
+  const Fp8Format f = fp8_format(t);
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint8_t sign = uint8_t((u >> 24) & 0x80);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0;  // NaN
+  const int drop = 23 - f.man_bits;
+  if (a < uint32_t(127 + 1 - f.bias) << 23) {  // below the smallest normal: steps of its ulp
+    float fa;
+    std::memcpy(&fa, &a, 4);
+    const float steps = std::ldexp(1.f, f.man_bits + f.bias - 1);  // exact power of two
+    return uint8_t(sign | int(std::nearbyint(fa * steps)));  // 2^man_bits: the smallest normal
+  }
+  // Round the f32 mantissa to man_bits, to nearest even (a carry moves the exponent up), then
+  // rebias the exponent; saturate at the largest finite code.
+  const uint32_t r = a + ((1u << (drop - 1)) - 1) + ((a >> drop) & 1u);
+  const uint32_t code = (r >> drop) - (uint32_t(127 - f.bias) << f.man_bits);
+  return uint8_t(sign | std::min<uint32_t>(code, f.max_code));
 }
 
 float f16_to_f32(uint16_t h) {

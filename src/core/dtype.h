@@ -9,7 +9,9 @@
 
 namespace dspark {
 
-enum class DType : uint8_t { F32, BF16, F16, F64, I64, I32, I16, I8, U8, BOOL };
+// F8_E4M3 (OCP e4m3fn: bias 7, max 448, no infinities) and F8_E5M2 (bias 15, max 57344) are KV
+// cache element types only (--kv-cache-dtype fp8_e4m3 / fp8_e5m2); checkpoints in them are refused.
+enum class DType : uint8_t { F32, BF16, F16, F64, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...
@@ -32,6 +34,13 @@ inline uint16_t f32_to_bf16(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);
   return uint16_t(u >> 16);
 }
+
+bool is_fp8(DType t);
+// The largest finite value of an fp8 type (448 or 57344).
+float fp8_max(DType t);
+// Round to nearest even, saturating at +-fp8_max (NaN becomes 0). t is F8_E4M3 or F8_E5M2.
+uint8_t f32_to_fp8(float f, DType t);
+float fp8_to_f32(uint8_t v, DType t);
 
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);

@@ -13,9 +13,15 @@ namespace dspark {
 
 namespace {
 
-inline float kv_at(const PagedKvLayer& kv, const void* base, int64_t idx) {
+// Element idx of K or V (base); `scale`: its position's fp8 scale.
+inline float kv_at(const PagedKvLayer& kv, const void* base, int64_t idx, float scale) {
   if (kv.dtype == DType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(base)[idx]);
+  if (is_fp8(kv.dtype)) return fp8_to_f32(static_cast<const uint8_t*>(base)[idx], kv.dtype) * scale;
   return static_cast<const float*>(base)[idx];
+}
+
+inline float scale_at(const float* scales, const PagedKvLayer& kv, int32_t phys, int h, int off) {
+  return scales ? scales[kv.scale_offset(h, phys) + off] : 1.f;
 }
 
 inline int64_t k_index(const PagedKvLayer& kv, int32_t phys, int h, int d, int off) {
@@ -32,6 +38,28 @@ void kv_write(const PagedKvLayer& kv, const int32_t* block_table, int pos, const
               const float* v_row) {
   const int32_t phys = block_table[pos / kKvBlock];
   const int off = pos % kKvBlock;
+  if (is_fp8(kv.dtype)) {
+    const float top = fp8_max(kv.dtype);
+    uint8_t* kb = static_cast<uint8_t*>(kv.k);
+    uint8_t* vb = static_cast<uint8_t*>(kv.v);
+    for (int h = 0; h < kv.n_kv_heads; ++h) {
+      const float* kr = k_row + h * kv.head_dim;
+      const float* vr = v_row + h * kv.head_dim;
+      float ka = 0.f, va = 0.f;
+      for (int d = 0; d < kv.head_dim; ++d) {
+        ka = std::max(ka, std::fabs(kr[d]));
+        va = std::max(va, std::fabs(vr[d]));
+      }
+      const float ks = ka > 0.f ? ka / top : 1.f, vs = va > 0.f ? va / top : 1.f;
+      kv.k_scale[kv.scale_offset(h, phys) + off] = ks;
+      kv.v_scale[kv.scale_offset(h, phys) + off] = vs;
+      for (int d = 0; d < kv.head_dim; ++d) {
+        kb[k_index(kv, phys, h, d, off)] = f32_to_fp8(kr[d] / ks, kv.dtype);
+        vb[v_index(kv, phys, h, off, d)] = f32_to_fp8(vr[d] / vs, kv.dtype);
+      }
+    }
+    return;
+  }
   for (int h = 0; h < kv.n_kv_heads; ++h) {
     for (int d = 0; d < kv.head_dim; ++d) {
       int64_t ki = k_index(kv, phys, h, d, off), vi = v_index(kv, phys, h, off, d);
@@ -62,7 +90,8 @@ void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, cons
     for (int j = 0; j < n; ++j) {
       int32_t phys = table[j / kKvBlock];
       float acc = 0.f;
-      for (int d = 0; d < hd; ++d) acc += qh[d] * kv_at(kv, kv.k, k_index(kv, phys, kvh, d, j % kKvBlock));
+      const float ks = scale_at(kv.k_scale, kv, phys, kvh, j % kKvBlock);
+      for (int d = 0; d < hd; ++d) acc += qh[d] * kv_at(kv, kv.k, k_index(kv, phys, kvh, d, j % kKvBlock), ks);
       s[j] = acc * scale;
       mx = std::max(mx, s[j]);
     }
@@ -73,7 +102,8 @@ void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, cons
     for (int j = 0; j < n; ++j) {
       int32_t phys = table[j / kKvBlock];
       float p = float(s[j] / sum);
-      for (int d = 0; d < hd; ++d) o[d] += p * kv_at(kv, kv.v, v_index(kv, phys, kvh, j % kKvBlock, d));
+      const float vs = scale_at(kv.v_scale, kv, phys, kvh, j % kKvBlock);
+      for (int d = 0; d < hd; ++d) o[d] += p * kv_at(kv, kv.v, v_index(kv, phys, kvh, j % kKvBlock, d), vs);
     }
   });
 }
@@ -97,7 +127,8 @@ const char* attention_kernel_name() {
 void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                int n_heads, float scale, float* out, int64_t ldo) {
   static const bool avx2 = cpu_features().avx2 && cpu_features().fma;
-  if (!avx2 || kv.head_dim % 8 != 0)
+  static const bool f16c = cpu_features().f16c;  // the tiles widen fp8 through f16
+  if (!avx2 || kv.head_dim % 8 != 0 || (is_fp8(kv.dtype) && !f16c))
     return detail::attention_reference(kv, rows, q, ldq, n_heads, scale, out, ldo);
   const bool wide = kv.head_dim % 16 == 0 && avx512_attention();
   // Tiles: runs of up to kTileRows consecutive rows that share a sequence, so each K/V block

@@ -14,19 +14,29 @@ constexpr int kKvBlock = 16;
 // sequence (handed out in order) lie back to back and stream like one array. Within a block,
 // K is stored dimension-major ([head_dim][kKvBlock]) so a query scores a whole block with
 // vector FMAs, and V is position-major ([kKvBlock][head_dim]).
+//
+// In fp8 (F8_E4M3, F8_E5M2) each position's K row and V row of each KV head has its own f32 scale
+// (its largest magnitude over fp8_max): element = fp8 value * scale. Attention applies K's scales
+// to a block's 16 scores and V's to its 16 probabilities, so the inner loops only widen fp8.
 struct PagedKvLayer {
-  DType dtype = DType::F32;  // F32 or BF16
+  DType dtype = DType::F32;  // F32, BF16, F8_E4M3 or F8_E5M2
   int n_kv_heads = 0;
   int head_dim = 0;
   int num_blocks = 0;
   void* k = nullptr;  // [n_kv_heads][num_blocks][head_dim][kKvBlock]
   void* v = nullptr;  // [n_kv_heads][num_blocks][kKvBlock][head_dim]
+  float* k_scale = nullptr;  // fp8: [n_kv_heads][num_blocks][kKvBlock]
+  float* v_scale = nullptr;
 
   int64_t block_elems() const { return int64_t(head_dim) * kKvBlock; }  // one head's block
   int64_t head_elems() const { return int64_t(num_blocks) * block_elems(); }
   // Element offset of block `phys` of KV head `h` (in K or V).
   int64_t block_offset(int h, int32_t phys) const { return h * head_elems() + int64_t(phys) * block_elems(); }
   int64_t layer_elems() const { return n_kv_heads * head_elems(); }
+  // Offset of block `phys` of KV head `h` in k_scale / v_scale.
+  int64_t scale_offset(int h, int32_t phys) const {
+    return (int64_t(h) * num_blocks + phys) * kKvBlock;
+  }
 };
 
 // Writes the K and V rows (n_kv_heads * head_dim values each) of one position.

@@ -39,19 +39,30 @@ inline __m512 exp512(__m512 x) {
   return _mm512_maskz_mov_ps(_knot_mask16(below), _mm512_mul_ps(y, pow2n));
 }
 
-template <bool kBf16>
+// 16 cache elements from element idx, as f32. fp8 widens through f16 exactly: e5m2 is the top
+// byte of an f16; e4m3's exponent and mantissa shifted into an f16 give its value / 256, which
+// the tile folds into the position scales (kWiden).
+template <DType kT>
 inline __m512 load16(const void* base, int64_t idx) {
-  if constexpr (kBf16) {
+  if constexpr (kT == DType::BF16) {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + idx));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else if constexpr (kT == DType::F8_E5M2 || kT == DType::F8_E4M3) {
+    const __m256i w = _mm256_cvtepu8_epi16(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + idx)));
+    if constexpr (kT == DType::F8_E5M2) return _mm512_cvtph_ps(_mm256_slli_epi16(w, 8));
+    const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
+                                      _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7));
+    return _mm512_cvtph_ps(h);
+  } else {
+    return _mm512_loadu_ps(static_cast<const float*>(base) + idx);
   }
-  return _mm512_loadu_ps(static_cast<const float*>(base) + idx);
 }
 
 // s[g][0..16) = q_g · K[:, 0..16) for G query vectors (rows of q, stride hd). Each vector's sum
 // runs in the same order whatever G is (two head-dimension halves, each in order, then added),
 // so a row's scores do not depend on which rows share its tile.
-template <int G, bool kBf16>
+template <int G, DType kT>
 inline void scores(const void* kt, const float* q, int hd, float* s) {
   constexpr int kSplit = 2;
   __m512 a[G][kSplit];
@@ -61,7 +72,7 @@ inline void scores(const void* kt, const float* q, int hd, float* s) {
   for (int d = 0; d < part; ++d) {
     DSPARK_UNROLL_ATT
     for (int p = 0; p < kSplit; ++p) {
-      const __m512 k = load16<kBf16>(kt, int64_t(p * part + d) * kKvBlock);
+      const __m512 k = load16<kT>(kt, int64_t(p * part + d) * kKvBlock);
       DSPARK_UNROLL_ATT
       for (int g = 0; g < G; ++g) a[g][p] = _mm512_fmadd_ps(_mm512_set1_ps(q[g * hd + p * part + d]), k, a[g][p]);
     }
@@ -71,7 +82,7 @@ inline void scores(const void* kt, const float* q, int hd, float* s) {
 }
 
 // o[g][d..d+16C) = o[g] * alpha[g] + sum_j p[g][j] * V[j][d..d+16C) for G query vectors.
-template <int G, int C, bool kBf16>
+template <int G, int C, DType kT>
 inline void pv_chunk(const void* vb, const float* p, const float* alpha, int keys, int hd, int d, float* o) {
   __m512 acc[G][C];
   DSPARK_UNROLL_ATT
@@ -83,7 +94,7 @@ inline void pv_chunk(const void* vb, const float* p, const float* alpha, int key
   for (int j = 0; j < keys; ++j) {
     __m512 v[C];
     DSPARK_UNROLL_ATT
-    for (int c = 0; c < C; ++c) v[c] = load16<kBf16>(vb, int64_t(j) * hd + d + 16 * c);
+    for (int c = 0; c < C; ++c) v[c] = load16<kT>(vb, int64_t(j) * hd + d + 16 * c);
     DSPARK_UNROLL_ATT
     for (int g = 0; g < G; ++g) {
       const __m512 pb = _mm512_set1_ps(p[g * kKvBlock + j]);
@@ -97,14 +108,14 @@ inline void pv_chunk(const void* vb, const float* p, const float* alpha, int key
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(o + g * hd + d + 16 * c, acc[g][c]);
 }
 
-template <int G, bool kBf16>
+template <int G, DType kT>
 inline void pv(const void* vb, const float* p, const float* alpha, int keys, int hd, float* o) {
   int d = 0;
-  for (; d + 64 <= hd; d += 64) pv_chunk<G, 4, kBf16>(vb, p, alpha, keys, hd, d, o);
-  for (; d < hd; d += 16) pv_chunk<G, 1, kBf16>(vb, p, alpha, keys, hd, d, o);
+  for (; d + 64 <= hd; d += 64) pv_chunk<G, 4, kT>(vb, p, alpha, keys, hd, d, o);
+  for (; d < hd; d += 16) pv_chunk<G, 1, kT>(vb, p, alpha, keys, hd, d, o);
 }
 
-template <bool kBf16>
+template <DType kT>
 void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr, const float* q,
           int64_t ldq, int group, int kvh, float scale, float* out, int64_t ldo) {
   const int hd = kv.head_dim;
@@ -129,16 +140,28 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     mx[qi] = -INFINITY;
     sum[qi] = 0.f;
   }
-  const size_t esz = kBf16 ? 2 : 4;
+  constexpr bool kFp8 = kT == DType::F8_E4M3 || kT == DType::F8_E5M2;
+  constexpr float kWiden = kT == DType::F8_E4M3 ? 256.f : 1.f;  // load16's e4m3 values are / 256
+  const size_t esz = dtype_size(kT);
+  __m512 ksv = _mm512_set1_ps(1.f), vsv = ksv;
   for (int b0 = 0; b0 < max_vis; b0 += kKvBlock) {
-    const int64_t base = kv.block_offset(kvh, table[b0 / kKvBlock]);
+    const int32_t phys = table[b0 / kKvBlock];
+    const int64_t base = kv.block_offset(kvh, phys);
+    if constexpr (kFp8) {  // this block's 16 positions' scales
+      const int64_t so = kv.scale_offset(kvh, phys);
+      ksv = _mm512_mul_ps(_mm512_loadu_ps(kv.k_scale + so), _mm512_set1_ps(kWiden));
+      vsv = _mm512_mul_ps(_mm512_loadu_ps(kv.v_scale + so), _mm512_set1_ps(kWiden));
+    }
     const void* kt = static_cast<const uint8_t*>(kv.k) + base * esz;
     const void* vb = static_cast<const uint8_t*>(kv.v) + base * esz;
     // Scores, up to eight query vectors per K load.
     int qi = 0;
-    for (; qi + 8 <= nq; qi += 8) scores<8, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
-    for (; qi + 4 <= nq; qi += 4) scores<4, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
-    for (; qi < nq; ++qi) scores<1, kBf16>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    for (; qi + 8 <= nq; qi += 8) scores<8, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    for (; qi + 4 <= nq; qi += 4) scores<4, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    for (; qi < nq; ++qi) scores<1, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock);
+    if constexpr (kFp8)
+      for (qi = 0; qi < nq; ++qi)
+        _mm512_storeu_ps(s + qi * kKvBlock, _mm512_mul_ps(_mm512_loadu_ps(s + qi * kKvBlock), ksv));
     // Mask and online softmax: s becomes the block's probabilities, o is rescaled.
     for (qi = 0; qi < nq; ++qi) {
       const int lim = std::min(kKvBlock, visible[qi / group] - b0);
@@ -153,16 +176,16 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
       const float new_max = std::max(mx[qi], _mm512_reduce_max_ps(sv));
       const float alpha = std::exp(mx[qi] - new_max);  // 0 on the first block (mx = -inf)
       const __m512 e = exp512(_mm512_sub_ps(sv, _mm512_set1_ps(new_max)));
-      _mm512_storeu_ps(sr, e);
+      _mm512_storeu_ps(sr, kFp8 ? _mm512_mul_ps(e, vsv) : e);  // P·V weights carry V's scales
       sum[qi] = sum[qi] * alpha + _mm512_reduce_add_ps(e);
       mx[qi] = new_max;
       alpha_buf[qi] = alpha;
     }
     // P·V, up to four query vectors at a time so each V load feeds sixteen accumulators.
     const int keys = std::min(kKvBlock, max_vis - b0);
-    for (qi = 0; qi + 4 <= nq; qi += 4) pv<4, kBf16>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
-    for (; qi + 2 <= nq; qi += 2) pv<2, kBf16>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
-    if (qi < nq) pv<1, kBf16>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
+    for (qi = 0; qi + 4 <= nq; qi += 4) pv<4, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
+    for (; qi + 2 <= nq; qi += 2) pv<2, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
+    if (qi < nq) pv<1, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
   }
   for (int qi = 0; qi < nq; ++qi) {
     float* dst = out + (qi / group) * ldo + int64_t(kvh * group + qi % group) * hd;
@@ -177,8 +200,12 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
 void attention_tile_avx512(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
                            const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
                            int64_t ldo) {
-  if (kv.dtype == DType::BF16) tile<true>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
-  else tile<false>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
+  switch (kv.dtype) {
+    case DType::BF16: return tile<DType::BF16>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
+    case DType::F8_E4M3: return tile<DType::F8_E4M3>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
+    case DType::F8_E5M2: return tile<DType::F8_E5M2>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
+    default: return tile<DType::F32>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
+  }
 }
 
 }  // namespace dspark::detail

@@ -9,12 +9,17 @@ namespace dspark {
 
 KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, DType dtype, int64_t max_tokens)
     : n_layers_(n_layers), n_kv_heads_(n_kv_heads), head_dim_(head_dim), dtype_(dtype) {
-  if (dtype != DType::F32 && dtype != DType::BF16) fail("KV cache dtype must be F32 or BF16");
+  if (dtype != DType::F32 && dtype != DType::BF16 && !is_fp8(dtype))
+    fail("KV cache dtype must be F32, BF16, F8_E4M3 or F8_E5M2, got ", dtype_name(dtype));
   if (max_tokens <= 0) fail("KV cache needs room for at least one token");
   if (max_tokens > int64_t(1) << 32) fail("KV cache of ", max_tokens, " tokens is too large (at most 2^32)");
   num_blocks_ = int((max_tokens + kKvBlock - 1) / kKvBlock);
   layer_bytes_ = int64_t(num_blocks_) * n_kv_heads * head_dim * kKvBlock * int64_t(dtype_size(dtype));
   storage_ = HugeBuffer(size_t(layer_bytes_) * 2 * size_t(n_layers));
+  if (is_fp8(dtype)) {  // a scale per position and KV head, for K and V: [layer][K | V][head][block][16]
+    scale_layer_ = int64_t(num_blocks_) * n_kv_heads * kKvBlock;
+    scales_ = HugeBuffer(size_t(scale_layer_) * 2 * size_t(n_layers) * sizeof(float));
+  }
   free_.resize(size_t(num_blocks_));
   // Hand out low block numbers first so touched memory stays compact.
   for (int i = 0; i < num_blocks_; ++i) free_[size_t(i)] = num_blocks_ - 1 - i;
@@ -140,11 +145,18 @@ const int32_t* KvCache::block_table(int seq) const { return seq_ref(seq).blocks.
 
 PagedKvLayer KvCache::layer(int l) const {
   uint8_t* base = static_cast<uint8_t*>(storage_.data()) + size_t(l) * 2 * size_t(layer_bytes_);
-  return PagedKvLayer{dtype_, n_kv_heads_, head_dim_, num_blocks_, base, base + layer_bytes_};
+  PagedKvLayer out{dtype_, n_kv_heads_, head_dim_, num_blocks_, base, base + layer_bytes_};
+  if (scale_layer_) {
+    out.k_scale = static_cast<float*>(scales_.data()) + size_t(l) * 2 * size_t(scale_layer_);
+    out.v_scale = out.k_scale + scale_layer_;
+  }
+  return out;
 }
 
 int64_t KvCache::bytes_per_token(int n_layers, int n_kv_heads, int head_dim, DType dtype) {
-  return int64_t(n_layers) * 2 * n_kv_heads * head_dim * int64_t(dtype_size(dtype));
+  // fp8 adds an f32 scale per position and KV head for K and for V.
+  const int64_t per_head = int64_t(head_dim) * int64_t(dtype_size(dtype)) + (is_fp8(dtype) ? 4 : 0);
+  return int64_t(n_layers) * 2 * n_kv_heads * per_head;
 }
 
 int64_t KvCache::bytes_per_token() const { return bytes_per_token(n_layers_, n_kv_heads_, head_dim_, dtype_); }

@@ -89,6 +89,8 @@ class KvCache {
   int num_blocks_;
   int64_t layer_bytes_;  // K (or V) bytes of one layer
   HugeBuffer storage_;   // [layer][K | V][block]...
+  HugeBuffer scales_;    // fp8: [layer][K | V][head][block][kKvBlock] f32
+  int64_t scale_layer_ = 0;  // scales of K (or V) of one layer
   std::vector<int32_t> free_;
   std::vector<Seq> seqs_;
   bool caching_ = false;

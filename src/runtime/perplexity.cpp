@@ -10,9 +10,9 @@
 namespace dspark {
 
 struct PerplexityScorer::Impl {
-  Impl(const Model& m, int max_window, int chunk)
+  Impl(const Model& m, int max_window, int chunk, DType kv_dtype)
       : model(m),
-        kv(m.config().num_layers, m.config().num_kv_heads, m.config().head_dim, m.dtype(), std::max(1, max_window)),
+        kv(m.config().num_layers, m.config().num_kv_heads, m.config().head_dim, kv_dtype, std::max(1, max_window)),
         fwd(m, kv),
         chunk(std::max(1, chunk)),
         probs(size_t(m.config().vocab_size)) {}
@@ -24,8 +24,9 @@ struct PerplexityScorer::Impl {
   Batch batch;
 };
 
-PerplexityScorer::PerplexityScorer(const Model& model, int max_window, int chunk)
-    : impl_(std::make_unique<Impl>(model, max_window, chunk)) {}
+PerplexityScorer::PerplexityScorer(const Model& model, int max_window, int chunk,
+                                   std::optional<DType> kv_dtype)
+    : impl_(std::make_unique<Impl>(model, max_window, chunk, kv_dtype.value_or(model.dtype()))) {}
 
 PerplexityScorer::~PerplexityScorer() = default;
 

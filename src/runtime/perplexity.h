@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -23,7 +24,9 @@ class PerplexityScorer {
  public:
   // `max_window`: the longest window scored (KV room); `chunk`: rows per forward pass (bounds
   // the logits buffer at chunk x vocab floats).
-  PerplexityScorer(const Model& model, int max_window, int chunk = 64);
+  // `kv_dtype`: the KV cache's element type (the model's dtype unless given).
+  PerplexityScorer(const Model& model, int max_window, int chunk = 64,
+                   std::optional<DType> kv_dtype = std::nullopt);
   ~PerplexityScorer();
 
   // Scores tokens [0, n) as one sequence from position 0, in float64 log-softmax over the

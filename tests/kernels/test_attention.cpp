@@ -45,6 +45,11 @@ void check(DType dtype, int n_heads, int n_kv, int hd, bool reference) {
   std::vector<uint8_t> kmem(size_t(kv.layer_elems()) * dtype_size(dtype)), vmem(kmem.size());
   kv.k = kmem.data();
   kv.v = vmem.data();
+  std::vector<float> kscale(size_t(n_kv * num_blocks * kKvBlock)), vscale(kscale.size());
+  if (is_fp8(dtype)) {
+    kv.k_scale = kscale.data();
+    kv.v_scale = vscale.data();
+  }
   // Two sequences with scattered, interleaved blocks.
   std::vector<int32_t> t0{3, 9, 1, 14, 6}, t1{0, 12, 7, 2, 11};
   std::vector<std::vector<float>> keys[2], vals[2];
@@ -58,6 +63,17 @@ void check(DType dtype, int n_heads, int n_kv, int hd, bool reference) {
         for (auto& x : k) x = bf16_to_f32(f32_to_bf16(x));
         for (auto& x : v) x = bf16_to_f32(f32_to_bf16(x));
       }
+      if (is_fp8(dtype))  // each head's row scaled to the format's range, rounded, scaled back
+        for (auto* row : {&k, &v})
+          for (int h = 0; h < n_kv; ++h) {
+            float amax = 0.f;
+            for (int d = 0; d < hd; ++d) amax = std::max(amax, std::fabs((*row)[size_t(h * hd + d)]));
+            const float sc = amax / fp8_max(dtype);
+            for (int d = 0; d < hd; ++d) {
+              float& x = (*row)[size_t(h * hd + d)];
+              x = fp8_to_f32(f32_to_fp8(x / sc, dtype), dtype) * sc;
+            }
+          }
       keys[s].push_back(k);
       vals[s].push_back(v);
     }
@@ -89,6 +105,51 @@ void check(DType dtype, int n_heads, int n_kv, int hd, bool reference) {
 TEST(Attention, ReferenceMatchesDense) {
   check(DType::F32, 4, 2, 16, true);
   check(DType::BF16, 6, 3, 8, true);
+  check(DType::F8_E4M3, 4, 2, 16, true);
+  check(DType::F8_E5M2, 6, 3, 8, true);
+}
+
+// fp8: known codes, every finite code decodes and encodes back to itself, and encoding any float
+// gives the nearest code (ties to the even code), saturating at the largest finite value.
+TEST(Fp8, CodesRoundTripAndEncodingIsNearestEven) {
+  EXPECT_EQ(f32_to_fp8(1.f, DType::F8_E4M3), 0x38);
+  EXPECT_EQ(f32_to_fp8(-2.f, DType::F8_E4M3), 0xc0);
+  EXPECT_EQ(f32_to_fp8(448.f, DType::F8_E4M3), 0x7e);
+  EXPECT_EQ(f32_to_fp8(1e9f, DType::F8_E4M3), 0x7e);
+  EXPECT_EQ(f32_to_fp8(std::ldexp(1.f, -9), DType::F8_E4M3), 0x01);  // the smallest subnormal
+  EXPECT_EQ(f32_to_fp8(1.f, DType::F8_E5M2), 0x3c);
+  EXPECT_EQ(f32_to_fp8(57344.f, DType::F8_E5M2), 0x7b);
+  EXPECT_EQ(f32_to_fp8(std::ldexp(1.f, -16), DType::F8_E5M2), 0x01);
+  EXPECT_FLOAT_EQ(fp8_max(DType::F8_E4M3), 448.f);
+  EXPECT_FLOAT_EQ(fp8_max(DType::F8_E5M2), 57344.f);
+  for (DType t : {DType::F8_E4M3, DType::F8_E5M2}) {
+    std::vector<std::pair<float, int>> finite;  // value, code
+    for (int c = 0; c < 256; ++c) {
+      const int mag = c & 0x7f;
+      const bool nonfinite = t == DType::F8_E4M3 ? mag == 0x7f : mag >= 0x7c;
+      if (nonfinite) continue;
+      const float v = fp8_to_f32(uint8_t(c), t);
+      EXPECT_EQ(f32_to_fp8(v, t), c) << dtype_name(t) << " code " << c;
+      finite.push_back({v, c});
+    }
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.2f, 1.2f);
+    for (int i = 0; i < 20000; ++i) {
+      const float x = u(rng) * fp8_max(t) * (i % 3 == 0 ? 1.f : i % 3 == 1 ? 1e-3f : 1e-6f);
+      int best = -1;
+      double bd = 1e300;
+      for (const auto& [v, c] : finite) {
+        if (std::signbit(v) != std::signbit(x) && v != 0.f) continue;
+        const double dd = std::fabs(double(v) - double(x));
+        if (dd < bd || (dd == bd && (c & 1) == 0 && (best & 1) == 1)) bd = dd, best = c;
+      }
+      if (std::fabs(x) >= fp8_max(t)) best = (x < 0 ? 0x80 : 0) | f32_to_fp8(fp8_max(t), t);
+      const int got = f32_to_fp8(x, t);
+      // +0 and -0 are both nearest to a zero input's magnitude
+      if ((got & 0x7f) == 0 && (best & 0x7f) == 0) continue;
+      ASSERT_EQ(got, best) << dtype_name(t) << " x=" << x;
+    }
+  }
 }
 
 TEST(Attention, DispatchedKernelMatchesDense) {
@@ -97,7 +158,7 @@ TEST(Attention, DispatchedKernelMatchesDense) {
   const bool wide = cpu_features().avx512f && cpu_features().avx512bw && gemm_backend() != GemmBackend::Avx2;
   EXPECT_STREQ(attention_kernel_name(), wide ? "avx512" : cpu_features().avx2 ? "avx2" : "reference");
   std::printf("attention kernel: %s\n", attention_kernel_name());
-  for (DType dt : {DType::F32, DType::BF16}) {
+  for (DType dt : {DType::F32, DType::BF16, DType::F8_E4M3, DType::F8_E5M2}) {
     check(dt, 16, 8, 128, false);  // Qwen3-0.6B heads
     check(dt, 32, 8, 64, false);   // Llama-3.2-1B heads
     check(dt, 4, 4, 16, false);    // no GQA

@@ -126,12 +126,13 @@ struct Demo {
       logits = fwd.run(b, ForwardRequest{}).logits_row(0);
     }
   }
-  std::unique_ptr<Engine> engine(EngineOptions opt, const std::string& spec_json) const {
-    opt.kv_dtype = DType::F32;
+  std::unique_ptr<Engine> engine(EngineOptions opt, const std::string& spec_json,
+                                 DType kv_dtype = DType::F32) const {
+    opt.kv_dtype = kv_dtype;
     if (spec_json.empty()) return std::make_unique<Engine>(*target, *tok, opt);
     SpecConfig sc = SpecConfig::parse(spec_json);
     auto d = load_drafter(sc, *target, DType::F32);
-    auto policy = make_verify_policy(sc, *target, DType::F32, opt.max_num_batched_tokens);
+    auto policy = make_verify_policy(sc, *target, kv_dtype, opt.max_num_batched_tokens);
     return std::make_unique<Engine>(*target, *tok, opt, std::move(d), sc, std::move(policy));
   }
 };
@@ -303,6 +304,32 @@ TEST(Engine, PrefixCachingKeepsF32OutputAndSkipsCachedPrefixes) {
   const auto got = run_all(*e, {reqs[0], reqs[4]}, {0, 200});
   EXPECT_EQ(got[1].cached_tokens, 0);
   EXPECT_EQ(e->metrics().prefix_cache_queries, 0);
+}
+
+// An fp8 KV cache (either format) keeps speculative greedy output equal to plain greedy output
+// with the same cache, alone and all at once, with prefix caching: attention sums each row in the
+// same order whatever the tile holds, and a position's scale depends on that position only.
+TEST(Engine, Fp8KvCacheKeepsSpeculativeGreedyEqualToPlain) {
+  if (!fs::exists(kModels + "/demo-dspark/config.json"))
+    GTEST_SKIP() << "models/demo-dspark is not in this checkout";
+  Demo demo;
+  const GenerateParams gp = demo.params(32);
+  std::vector<EngineRequest> reqs;
+  for (size_t i = 0; i < demo.prompts.size(); ++i)
+    reqs.push_back({"r" + std::to_string(i), demo.prompts[i], gp});
+  for (DType kv : {DType::F8_E4M3, DType::F8_E5M2}) {
+    EngineOptions one;
+    one.max_num_seqs = 1;
+    const auto plain = run_all(*demo.engine(one, "", kv), reqs);
+    EngineOptions all;
+    all.max_num_seqs = 6;
+    all.enable_prefix_caching = true;
+    auto e = demo.engine(all, demo_spec(false), kv);
+    const auto spec = run_all(*e, reqs);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(spec[i].tokens, plain[i].tokens) << dtype_name(kv) << ": request " << i;
+    EXPECT_GT(e->metrics().spec_num_accepted_tokens, 0) << dtype_name(kv);
+  }
 }
 
 TEST(Engine, SampledOutputDependsOnlyOnTheRequest) {

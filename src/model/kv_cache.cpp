@@ -16,7 +16,8 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, DType dtype, int64_
   num_blocks_ = int((max_tokens + kKvBlock - 1) / kKvBlock);
   layer_bytes_ = int64_t(num_blocks_) * n_kv_heads * head_dim * kKvBlock * int64_t(dtype_size(dtype));
   storage_ = HugeBuffer(size_t(layer_bytes_) * 2 * size_t(n_layers));
-  if (is_fp8(dtype)) {  // a scale per position and KV head, for K and V: [layer][K | V][head][block][16]
+  // fp8: a scale per position and KV head, for K and V: [layer][K | V][head][block][16].
+  if (is_fp8(dtype)) {
     scale_layer_ = int64_t(num_blocks_) * n_kv_heads * kKvBlock;
     scales_ = HugeBuffer(size_t(scale_layer_) * 2 * size_t(n_layers) * sizeof(float));
   }

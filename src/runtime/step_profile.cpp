@@ -31,15 +31,23 @@ void fill_cache(KvCache& kv, int seq, int len, uint64_t seed) {
     Rng rng(seed, uint64_t(l));
     const int64_t n = L.block_elems();
     const size_t esz = dtype_size(L.dtype);
+    const bool fp8 = is_fp8(L.dtype);
+    const float fp8_scale = fp8 ? 0.1f / fp8_max(L.dtype) : 1.f;  // values in +-0.1, as the others
     for (int b = 0; b < blocks * L.n_kv_heads; ++b) {
+      const int h = b / blocks;
+      const int32_t phys = table[b % blocks];
       for (void* base : {L.k, L.v}) {
-        uint8_t* p = static_cast<uint8_t*>(base) + size_t(L.block_offset(b / blocks, table[b % blocks])) * esz;
+        uint8_t* p = static_cast<uint8_t*>(base) + size_t(L.block_offset(h, phys)) * esz;
         for (int64_t i = 0; i < n; ++i) {
           float v = float(rng.uniform() - 0.5) * 0.2f;
           if (L.dtype == DType::BF16) reinterpret_cast<uint16_t*>(p)[i] = f32_to_bf16(v);
+          else if (fp8) p[i] = f32_to_fp8(v / fp8_scale, L.dtype);
           else reinterpret_cast<float*>(p)[i] = v;
         }
       }
+      if (fp8)
+        for (float* sc : {L.k_scale, L.v_scale})
+          std::fill(sc + L.scale_offset(h, phys), sc + L.scale_offset(h, phys) + kKvBlock, fp8_scale);
     }
   });
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 #include "kernels/ops.h"
@@ -34,26 +35,41 @@ void append_logprobs(const float* logits, int vocab, int32_t token, int top_n, L
   if (out.empty()) out.top_n = top_n;
   if (out.top_n != top_n)
     fail("logprobs: ", top_n, " top entries where the others have ", out.top_n);
-  // One pass: the maximum, the rank of `token`, and the top_n largest in a small sorted list.
+  const float chosen = logits[token];
+  const float mx = max_value(logits, vocab);  // vectorised; NaNs skipped
+  int32_t above = 0;
+  for (int v = 0; v < vocab; ++v) above += logits[v] > chosen;
+  // The top_n largest in a small sorted list. Once it is full, a block of 16 values with none
+  // above its last entry (nearly all of them) costs one vectorisable compare each.
   int32_t ids[kMaxLogprobs];
   float vals[kMaxLogprobs];
   int kept = 0;
-  const float chosen = logits[token];
-  float mx = logits[0];
-  int32_t above = 0;
-  for (int v = 0; v < vocab; ++v) {
-    const float x = logits[v];
-    mx = std::max(mx, x);
-    above += x > chosen;
-    if (top_n == 0 || (kept == top_n && !(x > vals[kept - 1]))) continue;
-    int at = kept < top_n ? kept++ : top_n - 1;
-    while (at > 0 && x > vals[at - 1]) {
-      vals[at] = vals[at - 1];
-      ids[at] = ids[at - 1];
-      --at;
+  constexpr int kBlock = 16;
+  for (int v0 = 0; top_n > 0 && v0 < vocab; v0 += kBlock) {
+    const int end = std::min(vocab, v0 + kBlock);
+    if (kept == top_n && end - v0 == kBlock) {
+      const float floor = vals[top_n - 1];
+      const float* b = logits + v0;
+      int over = 0;
+      for (int j = 0; j < kBlock; ++j) over += b[j] > floor;
+      if (over == 0) continue;
     }
-    vals[at] = x;
-    ids[at] = int32_t(v);
+    for (int v = v0; v < end; ++v) {
+      const float x = logits[v];
+      if (x != x || (kept == top_n && !(x > vals[top_n - 1]))) continue;  // NaN, or not in
+      int at = kept < top_n ? kept++ : top_n - 1;
+      while (at > 0 && x > vals[at - 1]) {
+        vals[at] = vals[at - 1];
+        ids[at] = ids[at - 1];
+        --at;
+      }
+      vals[at] = x;
+      ids[at] = int32_t(v);
+    }
+  }
+  for (; kept < top_n; ++kept) {  // only when NaNs leave fewer than top_n values
+    vals[kept] = -std::numeric_limits<float>::infinity();
+    ids[kept] = 0;
   }
   if (scratch.size() < size_t(vocab)) scratch.resize(size_t(vocab));
   const double sum = exp_shifted(logits, vocab, mx, 1.f, scratch.data());

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include "model/forward.h"
 #include "runtime/engine.h"
@@ -199,6 +200,55 @@ void expect_entry(const Logprobs& lp, size_t i, int32_t token, const std::vector
     }
     if (k > 0) {
       EXPECT_LE(lp.top_logprobs(i)[k], lp.top_logprobs(i)[k - 1]) << where;
+    }
+  }
+}
+
+// append_logprobs against a full sort: vocabularies that are not a multiple of its 16-value
+// blocks, ties (the lower id first), the largest values at either end, top_n 0 .. 20, and a NaN.
+TEST(EngineLogprobs, AppendLogprobsMatchesAFullSort) {
+  std::vector<float> scratch;
+  uint32_t seed = 12345;
+  auto next = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return float(seed >> 8) / float(1u << 24);
+  };
+  for (int vocab : {1, 7, 16, 33, 1000, 8195}) {
+    std::vector<float> x(static_cast<size_t>(vocab));
+    for (float& v : x) v = std::floor(next() * 40.f) * 0.25f - 5.f;  // many ties
+    x[0] = 9.f;
+    x[size_t(vocab) - 1] = 9.f;
+    if (vocab > 2) x[size_t(vocab) / 2] = std::numeric_limits<float>::quiet_NaN();
+    double mx = -1e30, sum = 0;
+    for (float v : x)
+      if (v == v) mx = std::max(mx, double(v));
+    for (float v : x)
+      if (v == v) sum += std::exp(double(v) - mx);
+    std::vector<int32_t> order;
+    for (int v = 0; v < vocab; ++v)
+      if (x[size_t(v)] == x[size_t(v)]) order.push_back(int32_t(v));
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return x[size_t(a)] > x[size_t(b)]; });
+    for (int top_n : {0, 1, 5, 20}) {
+      Logprobs lp;
+      const int32_t token = int32_t(vocab / 3);
+      append_logprobs(x.data(), vocab, token, top_n, lp, scratch);
+      const std::string where = "vocab " + std::to_string(vocab) + ", top " + std::to_string(top_n);
+      ASSERT_EQ(lp.size(), 1u) << where;
+      const int n = std::min(top_n, int(order.size()));
+      ASSERT_EQ(lp.top_n, std::min(top_n, vocab)) << where;
+      if (x[size_t(token)] == x[size_t(token)]) {
+        EXPECT_NEAR(lp.logprob[0], double(x[size_t(token)]) - mx - std::log(sum), 1e-5) << where;
+        int above = 0;
+        for (float v : x) above += v > x[size_t(token)];
+        EXPECT_EQ(lp.rank[0], above + 1) << where;
+      }
+      for (int k = 0; k < n; ++k) {
+        EXPECT_EQ(lp.top_tokens(0)[k], order[size_t(k)]) << where << " top " << k;
+        EXPECT_NEAR(lp.top_logprobs(0)[k], double(x[size_t(order[size_t(k)])]) - mx - std::log(sum),
+                    1e-5)
+            << where;
+      }
     }
   }
 }

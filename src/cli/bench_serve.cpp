@@ -69,6 +69,9 @@ void declare_flags(Args& a) {
       .flag("seed", "seed of the arrival times; request i is sent seed + i", true, "0")
       .flag("ignore-eos",
             "send \"ignore_eos\": true (fixed-length outputs, where the server allows it)", false)
+      .flag("logprobs",
+            "ask for logprobs with N top entries per token (chat: logprobs true, top_logprobs N)",
+            true)
       .flag("num-warmups", "untimed requests before each run, at its concurrency", true, "0")
       .flag("request-timeout", "seconds to connect and between reads of a response", true, "600")
       .flag("json", "write the result (every point of a sweep) to this JSON file")
@@ -207,6 +210,7 @@ int bench_serve(int argc, char** argv) {
   lo.temperature = args.number("temperature", 0, 1e6);
   lo.seed = uint64_t(args.integer("seed", 0, kFlagInt64Max));
   lo.ignore_eos = args.on("ignore-eos");
+  if (args.has("logprobs")) lo.logprobs = int(args.integer("logprobs", 0, 20));
   lo.num_warmups = int(args.integer("num-warmups", 0, 1000000));
   lo.timeout_s = args.number("request-timeout", 0.001, 1e7);
 

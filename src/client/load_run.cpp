@@ -83,6 +83,7 @@ nlohmann::json settings_json(const LoadOptions& o) {
           {"temperature", o.temperature},
           {"seed", o.seed},
           {"ignore_eos", o.ignore_eos},
+          {"logprobs", o.logprobs >= 0 ? nlohmann::json(o.logprobs) : nlohmann::json()},
           {"num_warmups", o.num_warmups},
           {"distinct_prompts", o.prompts.size()}};
 }
@@ -96,9 +97,14 @@ std::string request_body(const LoadOptions& o, const std::string& text, int64_t 
   if (o.endpoint == "/v1/chat/completions") {
     b["messages"] = nlohmann::json::array({{{"role", "user"}, {"content", text}}});
     b["max_completion_tokens"] = max_tokens;
+    if (o.logprobs >= 0) {
+      b["logprobs"] = true;
+      b["top_logprobs"] = o.logprobs;
+    }
   } else {
     b["prompt"] = text;
     b["max_tokens"] = max_tokens;
+    if (o.logprobs >= 0) b["logprobs"] = o.logprobs;
   }
   b["temperature"] = o.temperature;
   b["seed"] = o.seed + uint64_t(index);

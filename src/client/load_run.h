@@ -29,6 +29,7 @@ struct LoadOptions {
   double temperature = 0;
   uint64_t seed = 0;  // arrivals; request i is sent "seed": seed + i
   bool ignore_eos = false;
+  int logprobs = -1;       // >= 0: ask for logprobs with this many top entries (vLLM's --logprobs)
   int num_warmups = 0;     // untimed requests before the run, at its concurrency
   double timeout_s = 600;  // per request: connect and every read
   std::string request_id_prefix = "dspark-bench";

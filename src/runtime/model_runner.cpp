@@ -152,16 +152,21 @@ bool ModelRunner::propose(const StepPlan& plan) {
   return true;
 }
 
-// One flat batch. Output rows: prefill rows that are not a prompt's last (taps only), then the
-// last rows of prompts that complete, then every decode row; logits for the last two groups.
+// One flat batch. Output rows: prefill rows that are not a prompt's last (taps only), prefill
+// rows of prompts being scored (prompt_logprobs; every row but the last, with logits), then the
+// last rows of prompts that complete, then every decode row; logits for the last three groups.
 void ModelRunner::build_batch(const StepPlan& plan) {
   const bool taps = !tap_layers_.empty();  // the drafter's features, the export's, or both
   batch_.clear();
   tail_rows_.clear();
   decode_rows_.clear();
+  score_rows_.clear();
   for (RequestState* r : plan.prefill) {
     const bool completes = r->computed + r->chunk == r->target_len;
-    r->out_row = taps ? int(batch_.output_rows.size()) : -1;
+    const bool scored = r->scores_prompt();
+    // A scored prompt's rows are numbered among the scored rows here, placed after the others
+    // below.
+    r->out_row = scored ? int(score_rows_.size()) : taps ? int(batch_.output_rows.size()) : -1;
     for (int i = 0; i < r->chunk; ++i) {
       const int pos = r->computed + i;
       const bool last = completes && i + 1 == r->chunk;
@@ -169,10 +174,16 @@ void ModelRunner::build_batch(const StepPlan& plan) {
       const int32_t row = int32_t(batch_.size() - 1);
       if (last)
         tail_rows_.push_back(row);
+      else if (scored)
+        score_rows_.push_back(row);
       else if (taps)
         batch_.output_rows.push_back(row);
     }
   }
+  const int unscored = int(batch_.output_rows.size());
+  for (RequestState* r : plan.prefill)
+    if (r->scores_prompt()) r->out_row += unscored;
+  batch_.output_rows.insert(batch_.output_rows.end(), score_rows_.begin(), score_rows_.end());
   n_head_ = int(batch_.output_rows.size());
   for (RequestState* r : plan.decode) {
     const int pos = r->anchor_pos();
@@ -191,7 +202,7 @@ void ModelRunner::execute(const StepPlan& plan, bool drafted, double t_step) {
   build_batch(plan);
   ForwardRequest req;
   if (!tap_layers_.empty()) req.tap_layers = tap_layers_;
-  req.logits_last = int(tail_rows_.size() + decode_rows_.size());
+  req.logits_last = int(score_rows_.size() + tail_rows_.size() + decode_rows_.size());
   req.logits = req.logits_last > 0;
   EngineMetrics& m = out_.metrics();
   const double t_fwd = now_seconds();
@@ -236,6 +247,9 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
     auto out_row_of = [&](int i) { return i < head_rows ? r->out_row + i : n_head_ + tail_i; };
     if (r->req.export_hidden)
       for (int i = 0; i < r->chunk; ++i) capture_row(*r, out, out_row_of(i), r->computed + i);
+    if (r->scores_prompt())  // row i predicts the token at the next position
+      for (int i = 0; i < r->chunk; ++i)
+        out_.score_prompt(*r, r->computed + i + 1, out.logits_row(out_row_of(i)));
     committed_.resize(size_t(r->chunk));
     for (int i = 0; i < r->chunk; ++i) committed_[size_t(i)] = r->token_at(r->computed + i);
     kv_.commit(r->kv_seq, r->computed, committed_);
@@ -257,10 +271,19 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
     r->decoding = true;
     if (r->out_tokens.empty()) {
       out_.metrics().prompt_tokens += r->prompt_len();  // as vLLM: at the first token, cached or not
-      Rng rng = position_rng(r->req.params.sampling.seed, kResidualStream, r->target_len - 1);
-      const int32_t tok = sampler_.sample(out.logits_row(out_row), V, r->req.params.sampling, rng);
+      if (r->req.params.prompt_logprobs >= 0) {
+        r->pending.prompt_logprobs = std::move(r->prompt_lp);
+        r->prompt_lp_sent = true;
+      }
       out_.first_token(*r, now_seconds());
-      if (out_.emit(*r, tok)) r->anchor = tok;
+      if (r->max_tokens == 0) {  // the prompt scored, nothing to generate
+        out_.finish(*r, "length");
+        continue;
+      }
+      Rng rng = position_rng(r->req.params.sampling.seed, kResidualStream, r->target_len - 1);
+      const float* logits = out.logits_row(out_row);
+      const int32_t tok = sampler_.sample(logits, V, r->req.params.sampling, rng);
+      if (out_.emit(*r, tok, logits)) r->anchor = tok;
     } else {
       r->anchor = r->out_tokens.back();  // recomputed after preemption: already emitted
     }
@@ -301,8 +324,11 @@ void ModelRunner::verify_and_commit(const StepPlan& plan, const ForwardOutput& o
     kv_.truncate(r->kv_seq, pos + vr.accepted + 1);
     bool go = true;
     const size_t out_before = r->out_tokens.size();
-    for (int i = 0; i < vr.accepted && go; ++i) go = out_.emit(*r, r->draft.tokens[size_t(i)]);
-    if (go) go = out_.emit(*r, vr.next_token);
+    // Each token's logprobs come from the row that predicted it: the anchor's row for the first
+    // draft, draft i's row for draft i + 1, the last accepted one's for the bonus/corrected token.
+    for (int i = 0; i < vr.accepted && go; ++i)
+      go = out_.emit(*r, r->draft.tokens[size_t(i)], out.logits_row(r0 + i));
+    if (go) go = out_.emit(*r, vr.next_token, out.logits_row(r0 + vr.accepted));
     if (r->req.export_hidden)  // the rows of the emitted tokens' inputs: the anchor, then drafts
       for (int i = 0; i < int(r->out_tokens.size() - out_before); ++i)
         capture_row(*r, out, r0 + i, pos + i);

@@ -87,7 +87,7 @@ class ModelRunner {
   std::vector<RequestState*> flush_rows_;
   std::vector<const Draft*> draft_ptrs_;
   std::vector<int> lengths_, positions_;
-  std::vector<int32_t> committed_, tail_rows_, decode_rows_;
+  std::vector<int32_t> committed_, tail_rows_, decode_rows_, score_rows_;
   int n_head_ = 0;  // this step's output rows before the prompts' last rows
 };
 

@@ -20,8 +20,12 @@ class OutputProcessor {
   OutputProcessor(const ModelConfig& cfg, const EngineOptions& opt, int K);
 
   // Emits one token; returns false when the request is done (a stop id, a stop string or
-  // max_tokens reached: finish() was called).
-  bool emit(RequestState& r, int32_t token);
+  // max_tokens reached: finish() was called). `logits`: the target's row that predicted it, for
+  // the request's logprobs (GenerateParams::logprobs).
+  bool emit(RequestState& r, int32_t token, const float* logits);
+  // Scores the prompt token at `pos` (1 .. prompt_len - 1) from the logits of the row before it,
+  // once (a recomputed row after preemption is skipped).
+  void score_prompt(RequestState& r, int pos, const float* logits);
   // Ends `r` with `reason` ("stop", "length", "abort"): flushes the held-back text, unless a stop
   // string ends it first (then "stop").
   void finish(RequestState& r, const char* reason);
@@ -46,6 +50,7 @@ class OutputProcessor {
   const EngineOptions& opt_;
   int K_ = 0;
   EngineMetrics live_;
+  std::vector<float> lp_scratch_;
   SpecMetrics* spec_ = nullptr;
 };
 

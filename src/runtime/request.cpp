@@ -8,13 +8,22 @@ namespace dspark {
 
 void GenerateParams::validate() const {
   sampling.validate();
-  if (max_tokens != kAsManyAsFit) check_max_tokens(max_tokens);
+  check_logprobs(logprobs, "logprobs");
+  check_logprobs(prompt_logprobs, "prompt_logprobs");
+  if (max_tokens != kAsManyAsFit && !(max_tokens == 0 && prompt_logprobs >= 0))
+    check_max_tokens(max_tokens);
   check_stop_strings(stop_strings);
 }
 
 void check_max_tokens(int64_t max_tokens, const std::string& field) {
   if (max_tokens < 1)
     fail_request(ErrorKind::InvalidRequest, field, field, " must be at least 1, got ", max_tokens);
+}
+
+void check_logprobs(int64_t n, const std::string& field) {
+  if (n < -1 || n > kMaxLogprobs)
+    fail_request(ErrorKind::InvalidRequest, field, field, " must be in [0, ", kMaxLogprobs,
+                 "], got ", n);
 }
 
 void check_stop_strings(const std::vector<std::string>& stops) {

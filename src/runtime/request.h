@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/logprobs.h"
 #include "sample/sampler.h"
 
 namespace dspark {
@@ -21,7 +22,9 @@ constexpr size_t kMaxStopStrings = 64;
 
 struct GenerateParams {
   SamplingParams sampling;
-  int max_tokens = 128;  // at least 1, or kAsManyAsFit
+  // At least 1, or kAsManyAsFit; 0 only with prompt_logprobs (the prompt is scored, nothing is
+  // generated: the request finishes with "length" and no tokens).
+  int max_tokens = 128;
   std::vector<int32_t>
       stop_token_ids;  // generation ends after emitting one (it is not in the text)
   std::vector<std::string> stop_strings;  // generation ends before the first occurrence
@@ -29,17 +32,25 @@ struct GenerateParams {
   // Prompt + output positions at most (vLLM's max_model_len); 0: the config's
   // max_position_embeddings. Generation that reaches it ends with finish_reason "length".
   int max_model_len = 0;
+  // Log-probabilities (-1: none; else 0 .. kMaxLogprobs top entries per token): `logprobs` for each
+  // generated token (RequestOutput::logprobs), `prompt_logprobs` for each prompt token but the
+  // first (RequestOutput::prompt_logprobs). Both are the raw logits' log-softmax.
+  int logprobs = -1;
+  int prompt_logprobs = -1;
 
   // The one rule for each request field held here, shared by the server (which checks before it
   // tokenizes the prompt), generate, bench spec, calibrate and Engine::submit: the sampling
-  // fields (SamplingParams::validate), max_tokens (check_max_tokens, unless kAsManyAsFit) and the
-  // stop strings (check_stop_strings). Throws Error naming the field (its param).
+  // fields (SamplingParams::validate), max_tokens (check_max_tokens, unless kAsManyAsFit or 0 with
+  // prompt_logprobs), logprobs and prompt_logprobs (check_logprobs) and the stop strings
+  // (check_stop_strings). Throws Error naming the field (its param).
   void validate() const;
 };
 
 // max_tokens as a request gives it: at least 1 (vLLM's rule). `field` is its name in the error
 // (a chat's max_completion_tokens).
 void check_max_tokens(int64_t max_tokens, const std::string& field = "max_tokens");
+// A logprobs count: -1 (none) or 0 .. kMaxLogprobs; `field` names it.
+void check_logprobs(int64_t n, const std::string& field);
 // At most kMaxStopStrings, none empty.
 void check_stop_strings(const std::vector<std::string>& stops);
 // Token ids (a prompt's, stop_token_ids) within the vocabulary [0, vocab); `field` names them.
@@ -85,6 +96,12 @@ struct EngineRequest {
 struct RequestOutput {
   std::string text;  // new text since the previous output (held back near stop strings)
   std::vector<int32_t> token_ids;  // new token ids since the previous output
+  // With GenerateParams::logprobs: one entry per token of token_ids, in order (all of them, stop
+  // tokens and the tokens of a stop string included, as token_ids).
+  Logprobs logprobs;
+  // With GenerateParams::prompt_logprobs: prompt tokens 1 .. n-1 (the first has none), once, in the
+  // output of the first token (or the finishing one when max_tokens is 0).
+  Logprobs prompt_logprobs;
   bool finished = false;
   std::string finish_reason;  // when finished: "stop", "length" or "abort"
   // What stopped a "stop" (vLLM's stop_reason): a stop string, or a stop token that is not one of

@@ -31,8 +31,9 @@ void RequestScheduler::preempt_newest() {
 
 void RequestScheduler::attach_prefix(RequestState& r) {
   int n = 0;
-  // An export needs every prompt position's hidden states: it prefills all of them.
-  if (kv_.prefix_caching() && !r.req.export_hidden) {
+  // An export needs every prompt position's hidden states, prompt_logprobs every prompt row's
+  // logits: they prefill all of them.
+  if (kv_.prefix_caching() && !r.req.export_hidden && r.req.params.prompt_logprobs < 0) {
     const int max_hit = (r.target_len - 1) / kKvBlock * kKvBlock;
     prefix_tokens_.clear();
     for (int p = 0; p < max_hit; ++p) prefix_tokens_.push_back(r.token_at(p));

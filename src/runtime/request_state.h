@@ -70,6 +70,16 @@ struct RequestState {
   // Export (EngineRequest::export_hidden): the export layers of positions 0 .. export_rows - 1.
   std::string export_bytes;
   int export_rows = 0;
+  // GenerateParams::prompt_logprobs: prompt tokens 1 .. prompt_lp.size() scored so far, handed
+  // out (prompt_lp_sent) with the first output.
+  Logprobs prompt_lp;
+  bool prompt_lp_sent = false;
+
+  // Whether this step's prefill rows need logits: the prompt is scored and not all of it yet.
+  bool scores_prompt() const {
+    return req.params.prompt_logprobs >= 0 && !prompt_lp_sent &&
+           int(prompt_lp.size()) < prompt_len() - 1;
+  }
 
   int prompt_len() const { return int(req.prompt.size()); }
   int anchor_pos() const { return prompt_len() + int(out_tokens.size()) - 1; }

@@ -91,12 +91,14 @@ std::string allow_header(const std::set<std::string>& methods) {
 struct Collected {
   std::string text;
   std::vector<int32_t> ids;
+  ResponseLogprobs logprobs;
   std::string finish_reason, error;
   ojson stop_reason;
   int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
   bool add(const RequestOutput& o) {
     text += o.text;
     ids.insert(ids.end(), o.token_ids.begin(), o.token_ids.end());
+    logprobs.add(o);
     prompt_tokens = o.prompt_tokens;
     cached_tokens = o.cached_tokens;
     completion_tokens = o.completion_tokens;
@@ -309,6 +311,13 @@ struct HttpServer::Impl {
     ResponseMeta meta =
         make_response_meta(kind, rid, model.name, r.return_token_ids,
                            r.return_token_ids ? r.engine.prompt : std::vector<int32_t>{});
+    meta.logprobs = r.logprobs;
+    meta.prompt_logprobs = r.prompt_logprobs;
+    meta.echo = r.echo;
+    meta.tok = model.tok;
+    if (r.echo || r.prompt_logprobs >= 0) meta.prompt = r.engine.prompt;
+    if (r.echo)
+      meta.echo_text = r.prompt_text ? *r.prompt_text : model.tok->decode(r.engine.prompt);
     if (opt.exports && opt.exports->wants(r.export_hidden)) {
       // Asked for, or every request under extract_hidden_states (Speculators' trainer sends no
       // kv_transfer_params and needs the handle): the prompt, and the output when asked for.
@@ -375,9 +384,9 @@ struct HttpServer::Impl {
                 (c.error.empty() ? std::string("the server is shutting down") : c.error),
             "", "request_aborted"));
     } else {
-      res = json_response(completion_response(meta, c.text, c.ids, c.finish_reason,
-                                              c.stop_reason, c.prompt_tokens,
-                                              c.completion_tokens, c.cached_tokens));
+      res = json_response(completion_response(meta, c.text, c.ids, c.logprobs, c.finish_reason,
+                                              c.stop_reason, c.prompt_tokens, c.completion_tokens,
+                                              c.cached_tokens));
     }
     for (const auto& [k, v] : head.headers) res.set_header(k, v);
     return res;

@@ -1,5 +1,6 @@
 #include "server/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -33,8 +34,6 @@ const std::map<std::string, std::vector<json>>& neutral_values() {
   static const std::map<std::string, std::vector<json>> v = {
       {"best_of", {1}},
       {"echo", {false}},
-      {"logprobs", {false, 0}},
-      {"top_logprobs", {0}},
       {"frequency_penalty", {0}},
       {"presence_penalty", {0}},
       {"repetition_penalty", {1}},
@@ -44,7 +43,6 @@ const std::map<std::string, std::vector<json>>& neutral_values() {
       {"min_tokens", {0}},
       {"include_stop_str_in_output", {false}},
       {"use_beam_search", {false}},
-      {"prompt_logprobs", {0}},
       {"truncate_prompt_tokens", {}},
       {"allowed_token_ids", {}},
       {"bad_words", {json::array()}},
@@ -78,16 +76,15 @@ using FieldTable = std::map<std::string, Field>;
 
 FieldTable common_fields() {
   FieldTable t;
-  for (const char* k : {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed",
-                        "stop", "stop_token_ids", "n", "stream", "stream_options", "ignore_eos",
-                        "return_token_ids", "request_id", "kv_transfer_params"})
+  for (const char* k :
+       {"model", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
+        "stop_token_ids", "n", "stream", "stream_options", "ignore_eos", "return_token_ids",
+        "request_id", "kv_transfer_params", "logprobs", "prompt_logprobs"})
     t[k] = Field::Handled;
   for (const char* k : {"user", "priority", "cache_salt", "vllm_xargs",
                         "spaces_between_special_tokens", "metadata", "store", "service_tier"})
     t[k] = Field::Ignored;
   for (const char* k : {"best_of",
-                        "echo",
-                        "logprobs",
                         "frequency_penalty",
                         "presence_penalty",
                         "repetition_penalty",
@@ -96,7 +93,6 @@ FieldTable common_fields() {
                         "min_tokens",
                         "include_stop_str_in_output",
                         "use_beam_search",
-                        "prompt_logprobs",
                         "truncate_prompt_tokens",
                         "allowed_token_ids",
                         "bad_words",
@@ -118,6 +114,7 @@ const FieldTable& completion_fields() {
     FieldTable t = common_fields();
     t["prompt"] = Field::Handled;
     t["add_special_tokens"] = Field::Handled;
+    t["echo"] = Field::Handled;
     t["suffix"] = Field::Neutral;
     return t;
   }();
@@ -127,14 +124,14 @@ const FieldTable& completion_fields() {
 const FieldTable& chat_fields() {
   static const FieldTable t = [] {
     FieldTable t = common_fields();
-    for (const char* k :
-         {"messages", "max_completion_tokens", "add_generation_prompt", "add_special_tokens"})
+    for (const char* k : {"messages", "max_completion_tokens", "add_generation_prompt",
+                          "add_special_tokens", "top_logprobs"})
       t[k] = Field::Handled;
     for (const char* k : {"chat_template_kwargs", "parallel_tool_calls"}) t[k] = Field::Ignored;
     for (const char* k :
-         {"top_logprobs", "tools", "tool_choice", "functions", "function_call",
-          "continue_final_message", "chat_template", "documents", "reasoning_effort", "modalities",
-          "prediction", "audio", "web_search_options", "mm_processor_kwargs"})
+         {"echo", "tools", "tool_choice", "functions", "function_call", "continue_final_message",
+          "chat_template", "documents", "reasoning_effort", "modalities", "prediction", "audio",
+          "web_search_options", "mm_processor_kwargs"})
       t[k] = Field::Neutral;
     return t;
   }();
@@ -347,13 +344,19 @@ void parse_common(const json& body, const ServedModel& m, OpenAiRequest& r) {
 }
 
 // max_tokens (or its chat name): kAsManyAsFit when absent (vLLM's default), else at least 1
-// (check_max_tokens). The engine refuses a prompt plus max_tokens over the context.
+// (check_max_tokens), or 0 with echo (the prompt scored, nothing generated). The engine refuses a
+// prompt plus max_tokens over the context.
 void parse_max_tokens(const json& body, const std::vector<const char*>& names, OpenAiRequest& r) {
   r.max_tokens_param = names.front();
   r.engine.params.max_tokens = kAsManyAsFit;
   for (const char* name : names) {
     if (auto v = get_integer(body, name, kInt32Min, kInt32Max)) {
-      check_max_tokens(*v, name);
+      if (*v == 0 && !r.echo && r.kind == ApiKind::Completion)
+        throw bad_request(std::string("'") + name +
+                              "' 0 is allowed only with 'echo' (to score the prompt); otherwise "
+                              "it must be at least 1",
+                          name);
+      if (*v != 0 || !r.echo) check_max_tokens(*v, name);
       r.engine.params.max_tokens = int(*v);
       r.max_tokens_param = name;
       return;
@@ -452,13 +455,46 @@ OpenAiRequest new_request(ApiKind kind, const json& body, const FieldTable& fiel
   return r;
 }
 
+// logprobs (a completion's count; a chat's boolean with top_logprobs), echo and vLLM's
+// prompt_logprobs. Read after parse_common (stream).
+void parse_logprobs(const json& body, OpenAiRequest& r) {
+  const json& lp = field(body, "logprobs");
+  if (r.kind == ApiKind::Completion) {
+    if (lp.is_boolean() && lp.get<bool>())
+      wrong_type("logprobs", "an integer in [0, 20] (the top entries per token)", lp);
+    if (!lp.is_null() && !lp.is_boolean())
+      r.logprobs = int(as_integer(lp, "logprobs", 0, kMaxLogprobs));
+    r.echo = get_bool(body, "echo").value_or(false);
+  } else {
+    const bool on = get_bool(body, "logprobs").value_or(false);
+    const std::optional<int64_t> top = get_integer(body, "top_logprobs", 0, kMaxLogprobs);
+    if (top && *top > 0 && !on)
+      throw bad_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    if (on) r.logprobs = int(top.value_or(0));
+  }
+  if (auto n = get_integer(body, "prompt_logprobs", 0, kMaxLogprobs)) {
+    if (r.stream)
+      throw bad_request("'prompt_logprobs' is not available when 'stream' is true",
+                        "prompt_logprobs");
+    r.prompt_logprobs = int(*n);
+  }
+}
+
 // ... and last, the generation fields (max_tokens under its `max_names`), each then checked by
 // its one rule (GenerateParams::validate).
 void parse_generation(const json& body, const ServedModel& m,
                       const std::vector<const char*>& max_names, OpenAiRequest& r) {
   parse_common(body, m, r);
+  parse_logprobs(body, r);
   parse_max_tokens(body, max_names, r);
-  r.engine.params.validate();
+  GenerateParams& p = r.engine.params;
+  p.logprobs = r.logprobs;
+  // The engine scores the prompt for prompt_logprobs, for echo with logprobs (vLLM), and to end
+  // an echo of max_tokens 0.
+  p.prompt_logprobs = r.prompt_logprobs;
+  if (r.echo && r.logprobs >= 0) p.prompt_logprobs = std::max(p.prompt_logprobs, r.logprobs);
+  if (r.echo && p.max_tokens == 0) p.prompt_logprobs = std::max(p.prompt_logprobs, 0);
+  p.validate();
 }
 
 // The messages in the chat template: the text a chat's prompt is tokenized from.

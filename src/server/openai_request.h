@@ -36,6 +36,11 @@ struct OpenAiRequest {
   bool export_hidden = false;     // kv_transfer_params given: export the hidden states
   bool include_output_tokens = false;  // kv_transfer_params.include_output_tokens
   std::string max_tokens_param;   // "max_tokens" or "max_completion_tokens": the one given
+  // Log-probabilities in the response: -1 none, else the top entries per token (a chat's
+  // top_logprobs with logprobs true, a completion's logprobs).
+  int logprobs = -1;
+  int prompt_logprobs = -1;  // vLLM's prompt_logprobs: -1 none, else the top entries per token
+  bool echo = false;         // completions: the prompt comes first in the text (and its logprobs)
   // The prompt's text, tokenized by encode_prompt once every field is valid: a completion's text,
   // or a chat's messages in the chat template. None: the prompt came as token ids (engine.prompt).
   std::optional<std::string> prompt_text;

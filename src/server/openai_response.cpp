@@ -44,22 +44,38 @@ json stop_reason_value(const RequestOutput& out) {
 }
 
 json completion_response(const ResponseMeta& meta, const std::string& text,
-                         const std::vector<int32_t>& token_ids, const std::string& finish_reason,
-                         const json& stop_reason, int prompt_tokens, int completion_tokens,
-                         int cached_tokens) {
+                         const std::vector<int32_t>& token_ids, const ResponseLogprobs& lp,
+                         const std::string& finish_reason, const json& stop_reason,
+                         int prompt_tokens, int completion_tokens, int cached_tokens) {
   json out = {{"id", meta.id},
               {"object", meta.kind == ApiKind::Chat ? "chat.completion" : "text_completion"},
               {"created", meta.created},
               {"model", meta.model}};
   json choice = {{"index", 0}};
+  json logprobs;
   if (meta.kind == ApiKind::Chat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
+    if (meta.logprobs >= 0) logprobs = chat_logprobs(lp.tokens, meta.logprobs, *meta.tok);
   } else {
-    choice["text"] = text;
+    choice["text"] = meta.echo ? meta.echo_text + text : text;
+    if (meta.logprobs >= 0) {
+      CompletionLogprobs c(*meta.tok, meta.logprobs);
+      if (meta.echo) c.add_prompt(meta.prompt, lp.prompt);
+      c.add(lp.tokens);
+      logprobs = c.take();
+    }
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = finish_value(finish_reason);
   choice["stop_reason"] = stop_reason;
+  if (meta.prompt_logprobs >= 0) {
+    // vLLM: in the choice for completions, at the top level for chat.
+    json plp = prompt_logprobs_json(meta.prompt, lp.prompt, meta.prompt_logprobs, *meta.tok);
+    if (meta.kind == ApiKind::Chat)
+      out["prompt_logprobs"] = std::move(plp);
+    else
+      choice["prompt_logprobs"] = std::move(plp);
+  }
   if (meta.return_token_ids) {
     // vLLM: the prompt's ids at the top level for chat, in the choice for completions.
     if (meta.kind == ApiKind::Chat)
@@ -83,7 +99,25 @@ std::string sse_event(const json& j) {
 }
 
 StreamFormatter::StreamFormatter(ResponseMeta meta, bool include_usage)
-    : meta_(std::move(meta)), include_usage_(include_usage) {}
+    : meta_(std::move(meta)), include_usage_(include_usage) {
+  if (meta_.kind == ApiKind::Completion && meta_.logprobs >= 0)
+    legacy_ = std::make_unique<CompletionLogprobs>(*meta_.tok, meta_.logprobs);
+}
+
+// The held entries in the endpoint's shape (null without logprobs), then forgotten.
+json StreamFormatter::logprobs_value() {
+  json v;
+  if (meta_.logprobs < 0) return v;
+  if (meta_.kind == ApiKind::Chat) {
+    v = chat_logprobs(held_.tokens, meta_.logprobs, *meta_.tok);
+  } else {
+    if (first_ && meta_.echo) legacy_->add_prompt(meta_.prompt, held_.prompt);
+    legacy_->add(held_.tokens);
+    v = legacy_->take();
+  }
+  held_.clear();
+  return v;
+}
 
 json StreamFormatter::chunk(json choice) const {
   json c = {{"id", meta_.id},
@@ -103,9 +137,11 @@ json StreamFormatter::with_transfer(json c, bool last) const {
 
 std::string StreamFormatter::on_output(const RequestOutput& out) {
   if (finished_) return "";
+  held_.add(out);
   const bool has_ids = meta_.return_token_ids && !out.token_ids.empty();
+  const bool echo_now = first_ && meta_.echo;
   // A step whose text is held back (a partial character, a possible stop string) sends nothing.
-  if (out.text.empty() && !has_ids && !out.finished) return "";
+  if (out.text.empty() && !has_ids && !out.finished && !echo_now) return "";
   std::string events;
   const json finish = out.finished ? finish_value(out.finish_reason) : json();
   if (meta_.kind == ApiKind::Chat) {
@@ -122,14 +158,16 @@ std::string StreamFormatter::on_output(const RequestOutput& out) {
     if (!out.text.empty() || !out.finished) delta["content"] = out.text;
     json choice = {{"index", 0},
                    {"delta", std::move(delta)},
-                   {"logprobs", nullptr},
+                   {"logprobs", logprobs_value()},
                    {"finish_reason", finish}};
     if (out.finished) choice["stop_reason"] = stop_reason_value(out);
     if (meta_.return_token_ids) choice["token_ids"] = out.token_ids;
     events += sse_event(with_transfer(chunk(std::move(choice)), out.finished));
   } else {
-    json choice = {
-        {"index", 0}, {"text", out.text}, {"logprobs", nullptr}, {"finish_reason", finish}};
+    json choice = {{"index", 0},
+                   {"text", echo_now ? meta_.echo_text + out.text : out.text},
+                   {"logprobs", logprobs_value()},
+                   {"finish_reason", finish}};
     if (out.finished) choice["stop_reason"] = stop_reason_value(out);
     if (meta_.return_token_ids) {
       if (first_)

@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "runtime/engine.h"
+#include "server/openai_logprobs.h"
 #include "server/openai_request.h"
 
 namespace dspark {
@@ -23,6 +25,28 @@ struct ResponseMeta {
   // vLLM's kv_transfer_params of the response ({"handle": ...} for an exported request); null:
   // none.
   nlohmann::ordered_json kv_transfer_params;
+  // Log-probabilities and echo (OpenAiRequest's logprobs, prompt_logprobs, echo); the prompt's ids
+  // and, for echo, its text; `tok` spells the tokens.
+  int logprobs = -1;
+  int prompt_logprobs = -1;
+  bool echo = false;
+  std::string echo_text;
+  std::vector<int32_t> prompt;
+  const Tokenizer* tok = nullptr;
+};
+
+// A response's log-probabilities as the engine's outputs bring them.
+struct ResponseLogprobs {
+  Logprobs tokens;  // the generated tokens' (RequestOutput::logprobs)
+  Logprobs prompt;  // the prompt's (RequestOutput::prompt_logprobs)
+  void add(const RequestOutput& o) {
+    tokens.append(o.logprobs);
+    prompt.append(o.prompt_logprobs);
+  }
+  void clear() {
+    tokens.clear();
+    prompt.clear();
+  }
 };
 
 ResponseMeta make_response_meta(ApiKind kind, const std::string& request_id,
@@ -37,9 +61,10 @@ nlohmann::ordered_json usage_json(int prompt_tokens, int completion_tokens, int 
 // stop string that ended it; null otherwise (end of sequence, length, abort).
 nlohmann::ordered_json stop_reason_value(const RequestOutput& out);
 
-// The whole (non-streaming) response.
+// The whole (non-streaming) response; with echo the prompt's text goes before `text`.
 nlohmann::ordered_json completion_response(const ResponseMeta& meta, const std::string& text,
                                            const std::vector<int32_t>& token_ids,
+                                           const ResponseLogprobs& lp,
                                            const std::string& finish_reason,
                                            const nlohmann::ordered_json& stop_reason,
                                            int prompt_tokens, int completion_tokens,
@@ -51,7 +76,10 @@ std::string dump_json(const nlohmann::ordered_json& j);
 std::string sse_event(const nlohmann::ordered_json& j);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
-// Turns a request's engine outputs into SSE chunks, in order.
+// Turns a request's engine outputs into SSE chunks, in order. A chunk carries the log-probabilities
+// of the tokens that arrived since the previous chunk (outputs whose text is held back send no
+// chunk; their tokens' entries go with the next one). With echo the first chunk's text starts with
+// the prompt (and its logprobs with the prompt's).
 class StreamFormatter {
  public:
   StreamFormatter(ResponseMeta meta, bool include_usage);
@@ -63,7 +91,10 @@ class StreamFormatter {
  private:
   nlohmann::ordered_json chunk(nlohmann::ordered_json choice) const;
   nlohmann::ordered_json with_transfer(nlohmann::ordered_json c, bool last) const;
+  nlohmann::ordered_json logprobs_value();
   ResponseMeta meta_;
+  ResponseLogprobs held_;  // entries not sent yet
+  std::unique_ptr<CompletionLogprobs> legacy_;
   bool include_usage_;
   bool first_ = true;
   bool finished_ = false;

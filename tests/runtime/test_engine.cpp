@@ -16,6 +16,7 @@
 #include "../data/test_util.h"
 #include "../spec_decode/fixtures.h"
 #include "../spec_decode/stats.h"
+#include "demo_engine.h"
 #include "core/error.h"
 #include "model/forward.h"
 #include "runtime/engine.h"
@@ -30,11 +31,6 @@ namespace fs = std::filesystem;
 using namespace dspark::testing;
 using json = nlohmann::json;
 
-#ifndef DSPARK_MODELS_DIR
-#error "DSPARK_MODELS_DIR must name the repository's models/ directory"
-#endif
-const std::string kModels = DSPARK_MODELS_DIR;
-
 struct Collected {
   std::vector<int32_t> tokens;
   std::string text, finish_reason;
@@ -43,109 +39,25 @@ struct Collected {
   bool finished = false;
 };
 
-// Submits every request (arrival[i]: the step before which request i is submitted) and steps
-// the engine on this thread until all are done.
+// Every request's tokens, text and finish, stepping the engine on this thread (run_requests).
 std::vector<Collected> run_all(Engine& e, const std::vector<EngineRequest>& reqs,
                                const std::vector<int>& arrival = {}) {
   std::vector<Collected> got(reqs.size());
-  size_t submitted = 0;
-  for (int step = 0;; ++step) {
-    for (size_t i = submitted; i < reqs.size(); ++i) {
-      if (!arrival.empty() && arrival[i] > step) break;
-      e.submit(reqs[i], [&got, i](RequestOutput&& o) {
-        Collected& c = got[i];
-        EXPECT_FALSE(c.finished) << "output after the end of request " << i;
-        c.tokens.insert(c.tokens.end(), o.token_ids.begin(), o.token_ids.end());
-        c.text += o.text;
-        c.cached_tokens = o.cached_tokens;
-        ++c.outputs;
-        if (o.finished) {
-          c.finished = true;
-          c.finish_reason = o.finish_reason;
-        }
-      });
-      submitted = i + 1;
+  run_requests(e, reqs, arrival, [&got](size_t i, RequestOutput&& o) {
+    Collected& c = got[i];
+    c.tokens.insert(c.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+    c.text += o.text;
+    c.cached_tokens = o.cached_tokens;
+    ++c.outputs;
+    if (o.finished) {
+      c.finished = true;
+      c.finish_reason = o.finish_reason;
     }
-    const bool busy = e.step();
-    if (!busy && submitted == reqs.size()) break;
-    if (step > 100000) {
-      ADD_FAILURE() << "the engine never finished";
-      break;
-    }
-  }
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].finished) << "request " << i;
+  });
   return got;
 }
 
 // ---------------------------------------------------------------- the demo models, f32 greedy
-
-struct Demo {
-  std::unique_ptr<Model> target;
-  std::unique_ptr<Tokenizer> tok;
-  std::vector<std::vector<int32_t>> prompts;
-
-  Demo() {
-    const std::string dir = kModels + "/demo";
-    target = Model::load(dir, LoadOptions{DType::F32});
-    tok = Tokenizer::from_dir(dir);
-    const char* texts[] = {
-        "Tom has 15 apples and gives 6 to Ana. How many apples does Tom have left?",
-        "Write a short note about the weather.",
-        "What is 7 times 8?",
-        "A train travels 60 km in 1 hour. How far does it go in 3 hours? Explain step by step.",
-        "List three colours.",
-        "Sam buys 4 pens at 3 dollars each and pays with a 20 dollar bill. What is his change?"};
-    const ChatFormat fmt = detect_chat_format(*tok);
-    for (const char* t : texts)
-      prompts.push_back(tok->encode(apply_chat_template(fmt, {{"user", t}}, true)));
-  }
-  GenerateParams params(int max_tokens) const {
-    GenerateParams gp;
-    gp.max_tokens = max_tokens;
-    gp.stop_token_ids = target->config().eos_token_ids;
-    return gp;
-  }
-  // The reference, independent of the engine: prefill, then one target step per token, argmax.
-  std::vector<int32_t> alone(const std::vector<int32_t>& prompt, const GenerateParams& gp) const {
-    const ModelConfig& c = target->config();
-    KvCache kv(c.num_layers, c.num_kv_heads, c.head_dim, DType::F32, 4096);
-    Forward fwd(*target, kv);
-    const int seq = kv.create_sequence();
-    const float* logits = prefill(fwd, seq, prompt, 512);
-    std::vector<int32_t> out;
-    Batch b;
-    for (int pos = int(prompt.size());; ++pos) {
-      const int32_t t = int32_t(std::max_element(logits, logits + c.vocab_size) - logits);
-      out.push_back(t);
-      if (int(out.size()) == gp.max_tokens ||
-          std::find(gp.stop_token_ids.begin(), gp.stop_token_ids.end(), t) !=
-              gp.stop_token_ids.end())
-        return out;
-      b.clear();
-      b.add(t, pos, seq, true);
-      logits = fwd.run(b, ForwardRequest{}).logits_row(0);
-    }
-  }
-  std::unique_ptr<Engine> engine(EngineOptions opt, const std::string& spec_json,
-                                 DType kv_dtype = DType::F32) const {
-    opt.kv_dtype = kv_dtype;
-    if (spec_json.empty()) return std::make_unique<Engine>(*target, *tok, opt);
-    SpecConfig sc = SpecConfig::parse(spec_json);
-    auto d = load_drafter(sc, *target, DType::F32);
-    auto policy = make_verify_policy(sc, *target, kv_dtype, opt.max_num_batched_tokens);
-    return std::make_unique<Engine>(*target, *tok, opt, std::move(d), sc, std::move(policy));
-  }
-};
-
-std::string demo_spec(bool adaptive) {
-  json j = {{"model", kModels + "/demo-dspark"},
-            {"method", "dspark"},
-            {"num_speculative_tokens", 8},
-            {"draft_sample_method", "probabilistic"},
-            {"rejection_sample_method", "block"}};
-  if (adaptive) j["enable_adaptive_verification"] = true;
-  return j.dump();
-}
 
 TEST(Engine, F32GreedyEqualsPlainDecodingAloneAtEveryConcurrency) {
   if (!fs::exists(kModels + "/demo/config.json") ||

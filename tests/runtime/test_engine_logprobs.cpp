@@ -11,24 +11,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <filesystem>
 #include <limits>
 
-#include "model/forward.h"
-#include "runtime/engine.h"
-#include "runtime/generate.h"
-#include "runtime/spec_generate.h"
+#include "demo_engine.h"
 
 namespace dspark {
 namespace {
 
-namespace fs = std::filesystem;
-using json = nlohmann::json;
 
-#ifndef DSPARK_MODELS_DIR
-#error "DSPARK_MODELS_DIR must name the repository's models/ directory"
-#endif
-const std::string kModels = DSPARK_MODELS_DIR;
+using namespace dspark::testing;
+
 constexpr double kTol = 1e-5;
 
 // Requests here that ask for logprobs have an entry per token; the others none.
@@ -47,95 +39,32 @@ struct Got {
 std::vector<Got> run_all(Engine& e, const std::vector<EngineRequest>& reqs,
                          const std::vector<int>& arrival = {}) {
   std::vector<Got> got(reqs.size());
-  size_t submitted = 0;
-  for (int step = 0;; ++step) {
-    for (size_t i = submitted; i < reqs.size(); ++i) {
-      if (!arrival.empty() && arrival[i] > step) break;
-      e.submit(reqs[i], [&got, i](RequestOutput&& o) {
-        Got& g = got[i];
-        EXPECT_FALSE(g.finished);
-        g.tokens.insert(g.tokens.end(), o.token_ids.begin(), o.token_ids.end());
-        EXPECT_EQ(o.logprobs.size(), reqs_logprobs(o)) << "one entry per token";
-        g.lp.append(o.logprobs);
-        if (!o.prompt_logprobs.empty()) ++g.prompt_outputs;
-        g.prompt_lp.append(o.prompt_logprobs);
-        if (o.finished) {
-          g.finished = true;
-          g.finish_reason = o.finish_reason;
-        }
-      });
-      submitted = i + 1;
+  run_requests(e, reqs, arrival, [&got](size_t i, RequestOutput&& o) {
+    Got& g = got[i];
+    g.tokens.insert(g.tokens.end(), o.token_ids.begin(), o.token_ids.end());
+    EXPECT_EQ(o.logprobs.size(), reqs_logprobs(o)) << "one entry per token";
+    g.lp.append(o.logprobs);
+    if (!o.prompt_logprobs.empty()) ++g.prompt_outputs;
+    g.prompt_lp.append(o.prompt_logprobs);
+    if (o.finished) {
+      g.finished = true;
+      g.finish_reason = o.finish_reason;
     }
-    const bool busy = e.step();
-    if (!busy && submitted == reqs.size()) break;
-    if (step > 100000) {
-      ADD_FAILURE() << "the engine never finished";
-      break;
-    }
-  }
-  for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i].finished) << "request " << i;
+  });
   return got;
 }
 
-// log_softmax of one logits row, in double.
-std::vector<double> log_softmax(const float* x, int n) {
-  const double mx = *std::max_element(x, x + n);
-  double sum = 0;
-  for (int i = 0; i < n; ++i) sum += std::exp(double(x[i]) - mx);
-  const double lse = mx + std::log(sum);
-  std::vector<double> out(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) out[size_t(i)] = double(x[i]) - lse;
-  return out;
-}
-
-struct Demo {
-  std::unique_ptr<Model> target;
-  std::unique_ptr<Tokenizer> tok;
-  std::vector<std::vector<int32_t>> prompts;
-
-  Demo() {
-    const std::string dir = kModels + "/demo";
-    target = Model::load(dir, LoadOptions{DType::F32});
-    tok = Tokenizer::from_dir(dir);
-    const char* texts[] = {
-        "Tom has 15 apples and gives 6 to Ana. How many apples does Tom have left?",
-        "Write a short note about the weather.", "What is 7 times 8?",
-        "A train travels 60 km in 1 hour. How far does it go in 3 hours? Explain step by step."};
-    const ChatFormat fmt = detect_chat_format(*tok);
-    for (const char* t : texts)
-      prompts.push_back(tok->encode(apply_chat_template(fmt, {{"user", t}}, true)));
-  }
-  int vocab() const { return target->config().vocab_size; }
+// The first four demo prompts, with logprobs in their parameters.
+struct LpDemo : Demo {
+  LpDemo() { prompts.resize(4); }
   GenerateParams params(int max_tokens, int logprobs) const {
-    GenerateParams gp;
-    gp.max_tokens = max_tokens;
-    gp.stop_token_ids = target->config().eos_token_ids;
+    GenerateParams gp = Demo::params(max_tokens);
     gp.logprobs = logprobs;
     return gp;
   }
-  // The reference, independent of the engine: prefill, then one target step per token, argmax;
-  // each token's row's log-softmax.
   std::vector<int32_t> alone(const std::vector<int32_t>& prompt, const GenerateParams& gp,
                              std::vector<std::vector<double>>& rows) const {
-    const ModelConfig& c = target->config();
-    KvCache kv(c.num_layers, c.num_kv_heads, c.head_dim, DType::F32, 4096);
-    Forward fwd(*target, kv);
-    const int seq = kv.create_sequence();
-    const float* logits = prefill(fwd, seq, prompt, 512);
-    std::vector<int32_t> out;
-    Batch b;
-    for (int pos = int(prompt.size());; ++pos) {
-      const int32_t t = int32_t(std::max_element(logits, logits + c.vocab_size) - logits);
-      out.push_back(t);
-      rows.push_back(log_softmax(logits, c.vocab_size));
-      if (int(out.size()) == gp.max_tokens ||
-          std::find(gp.stop_token_ids.begin(), gp.stop_token_ids.end(), t) !=
-              gp.stop_token_ids.end())
-        return out;
-      b.clear();
-      b.add(t, pos, seq, true);
-      logits = fwd.run(b, ForwardRequest{}).logits_row(0);
-    }
+    return Demo::alone(prompt, gp, &rows);
   }
   // Every prompt position's log-probability of the next prompt token, from one f32 forward over
   // the whole prompt (entry p - 1 for token p).
@@ -153,24 +82,10 @@ struct Demo {
     return rows;
   }
   std::unique_ptr<Engine> engine(EngineOptions opt, bool dspark) const {
-    opt.kv_dtype = DType::F32;
-    if (!dspark) return std::make_unique<Engine>(*target, *tok, opt);
-    const json j = {{"model", kModels + "/demo-dspark"},
-                    {"method", "dspark"},
-                    {"num_speculative_tokens", 8},
-                    {"draft_sample_method", "probabilistic"},
-                    {"rejection_sample_method", "block"}};
-    SpecConfig sc = SpecConfig::parse(j.dump());
-    auto d = load_drafter(sc, *target, DType::F32);
-    auto policy = make_verify_policy(sc, *target, DType::F32, opt.max_num_batched_tokens);
-    return std::make_unique<Engine>(*target, *tok, opt, std::move(d), sc, std::move(policy));
+    return Demo::engine(opt, dspark ? demo_spec(false) : "");
   }
 };
 
-bool have_models() {
-  return fs::exists(kModels + "/demo/config.json") &&
-         fs::exists(kModels + "/demo-dspark/config.json");
-}
 
 // Entry i of `lp` against the reference row: the chosen token's logprob and rank, and the top
 // entries (ids in the reference's order, logprobs).
@@ -254,8 +169,8 @@ TEST(EngineLogprobs, AppendLogprobsMatchesAFullSort) {
 }
 
 TEST(EngineLogprobs, F32GreedyDSparkEqualsPlainAndADirectLogSoftmax) {
-  if (!have_models()) GTEST_SKIP() << "models/demo and models/demo-dspark are not in this checkout";
-  Demo demo;
+  if (!have_demo_models()) GTEST_SKIP() << "models/demo and models/demo-dspark are not in this checkout";
+  LpDemo demo;
   const GenerateParams gp = demo.params(40, 3);
   std::vector<std::vector<int32_t>> want;
   std::vector<std::vector<std::vector<double>>> rows(demo.prompts.size());
@@ -316,8 +231,8 @@ TEST(EngineLogprobs, F32GreedyDSparkEqualsPlainAndADirectLogSoftmax) {
 }
 
 TEST(EngineLogprobs, PromptLogprobsEqualTheF32Forward) {
-  if (!have_models()) GTEST_SKIP() << "models/demo and models/demo-dspark are not in this checkout";
-  Demo demo;
+  if (!have_demo_models()) GTEST_SKIP() << "models/demo and models/demo-dspark are not in this checkout";
+  LpDemo demo;
   // lm-evaluation-harness's log-likelihood request: a context and a continuation, scored
   // together (max_tokens 0), the continuation's logprobs summed.
   const std::vector<int32_t> context = demo.prompts[2];
@@ -400,8 +315,8 @@ TEST(EngineLogprobs, PromptLogprobsEqualTheF32Forward) {
 }
 
 TEST(EngineLogprobs, MaxTokensZeroNeedsPromptLogprobs) {
-  if (!have_models()) GTEST_SKIP() << "models/demo is not in this checkout";
-  Demo demo;
+  if (!have_demo_models()) GTEST_SKIP() << "models/demo is not in this checkout";
+  LpDemo demo;
   auto e = demo.engine(EngineOptions{}, false);
   GenerateParams gp = demo.params(0, -1);
   try {

@@ -17,10 +17,11 @@ namespace {
 // f16; e4m3 shifted into an f16 gives its value / 256, which the tile folds into the scales.
 template <DType kT>
 inline __m256 widen_fp8x8(__m128i b) {
-  const __m128i w = _mm_cvtepu8_epi16(b);
-  if constexpr (kT == DType::F8_E5M2) return _mm256_cvtph_ps(_mm_slli_epi16(w, 8));
-  return _mm256_cvtph_ps(_mm_or_si128(_mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x80)), 8),
-                                      _mm_slli_epi16(_mm_and_si128(w, _mm_set1_epi16(0x7f)), 7)));
+  const __m128i hi = _mm_unpacklo_epi8(_mm_setzero_si128(), b);  // each byte in a word's top half
+  if constexpr (kT == DType::F8_E5M2) return _mm256_cvtph_ps(hi);
+  // e4m3: shifted right one place arithmetically, the sign stays at bit 15 and a copy of it
+  // lands on bit 14 (the f16 exponent's top bit), which is cleared.
+  return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(hi, 1), _mm_set1_epi16(int16_t(0xbfff))));
 }
 
 template <DType kT>

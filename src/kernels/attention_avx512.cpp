@@ -50,10 +50,11 @@ inline __m512 load16(const void* base, int64_t idx) {
   } else if constexpr (kT == DType::F8_E5M2 || kT == DType::F8_E4M3) {
     const __m256i w = _mm256_cvtepu8_epi16(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(base) + idx)));
-    if constexpr (kT == DType::F8_E5M2) return _mm512_cvtph_ps(_mm256_slli_epi16(w, 8));
-    const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x80)), 8),
-                                      _mm256_slli_epi16(_mm256_and_si256(w, _mm256_set1_epi16(0x7f)), 7));
-    return _mm512_cvtph_ps(h);
+    const __m256i hi = _mm256_slli_epi16(w, 8);  // the byte in the top half
+    if constexpr (kT == DType::F8_E5M2) return _mm512_cvtph_ps(hi);
+    // e4m3: shifted right one place arithmetically, the sign stays at bit 15 and a copy of it
+    // lands on bit 14 (the f16 exponent's top bit), which is cleared.
+    return _mm512_cvtph_ps(_mm256_and_si256(_mm256_srai_epi16(hi, 1), _mm256_set1_epi16(int16_t(0xbfff))));
   } else {
     return _mm512_loadu_ps(static_cast<const float*>(base) + idx);
   }

@@ -130,19 +130,19 @@ std::vector<double> poisson_arrivals(int n, double rate, uint64_t seed) {
 
 nlohmann::json run_load(const LoadOptions& o) {
   if (o.prompts.empty()) fail("no prompts");
+  const std::vector<std::string>& warmups = o.warmup_prompts.empty() ? o.prompts : o.warmup_prompts;
   // Readiness: one short request must succeed before anything is timed.
   {
     const StreamOutcome t = send_stream_request(
-        o.url, make_request(o, o.warmup_prompts.empty() ? o.prompts[0] : o.warmup_prompts[0], 0,
-                            std::min(o.max_tokens, 8), "test"));
+        o.url, make_request(o, warmups[0], 0, std::min(o.max_tokens, 8), "test"));
     if (!t.success) fail("the test request to ", o.url.text(), o.endpoint, " failed: ", t.error);
   }
   Clock::time_point t0;
   if (o.num_warmups > 0) {
     const int c =
         o.max_concurrency > 0 ? std::min(o.max_concurrency, o.num_warmups) : o.num_warmups;
-    dispatch(o, o.warmup_prompts.empty() ? o.prompts : o.warmup_prompts, 0, o.num_warmups, c,
-             std::vector<double>(size_t(o.num_warmups), 0.0), "warmup", t0);
+    dispatch(o, warmups, 0, o.num_warmups, c, std::vector<double>(size_t(o.num_warmups), 0.0),
+             "warmup", t0);
   }
   nlohmann::json result = settings_json(o);
   SpecCounters before, after;

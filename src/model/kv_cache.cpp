@@ -167,7 +167,7 @@ int64_t KvCache::room_for(int seq) const {
 }
 
 // FNV-1a over the parent's identity and the tokens, then a final mix. A collision costs a miss,
-// never a wrong hit: find_cached compares the tokens and the parent.
+// never a wrong hit: holds() compares the tokens and the parent.
 uint64_t KvCache::block_key(int32_t parent, uint32_t parent_gen, const int32_t* tokens) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](uint32_t v) {
@@ -182,15 +182,10 @@ uint64_t KvCache::block_key(int32_t parent, uint32_t parent_gen, const int32_t* 
   return h;
 }
 
-int32_t KvCache::find_cached(int32_t parent, uint32_t parent_gen, const int32_t* tokens) const {
-  const auto it = cache_.find(block_key(parent, parent_gen, tokens));
-  if (it == cache_.end()) return -1;
-  const int32_t b = it->second;
+bool KvCache::holds(int32_t b, int32_t parent, uint32_t parent_gen, const int32_t* tokens) const {
   const BlockMeta& m = meta_[size_t(b)];
-  if (m.parent != parent || m.parent_gen != parent_gen) return -1;
-  if (std::memcmp(&block_tokens_[size_t(b) * kKvBlock], tokens, kKvBlock * sizeof(int32_t)) != 0)
-    return -1;
-  return b;
+  return m.parent == parent && m.parent_gen == parent_gen &&
+         std::memcmp(&block_tokens_[size_t(b) * kKvBlock], tokens, kKvBlock * sizeof(int32_t)) == 0;
 }
 
 int KvCache::attach_prefix(int seq, std::span<const int32_t> tokens, int max_len) {
@@ -201,8 +196,10 @@ int KvCache::attach_prefix(int seq, std::span<const int32_t> tokens, int max_len
   int32_t parent = -1;
   uint32_t parent_gen = 0;
   for (int i = 0; i < n_blocks; ++i) {
-    const int32_t b = find_cached(parent, parent_gen, tokens.data() + size_t(i) * kKvBlock);
-    if (b < 0) break;
+    const int32_t* toks = tokens.data() + size_t(i) * kKvBlock;
+    const auto it = cache_.find(block_key(parent, parent_gen, toks));
+    if (it == cache_.end() || !holds(it->second, parent, parent_gen, toks)) break;
+    const int32_t b = it->second;
     BlockMeta& m = meta_[size_t(b)];
     if (m.refs++ == 0) lru_remove(b);
     s.blocks.push_back(b);
@@ -229,16 +226,17 @@ void KvCache::commit(int seq, int pos, std::span<const int32_t> tokens) {
     const int32_t parent = bi ? s.blocks[bi - 1] : -1;
     const uint32_t parent_gen = bi ? meta_[size_t(parent)].gen : 0;
     const int32_t* toks = &block_tokens_[size_t(b) * kKvBlock];
-    const int32_t same = find_cached(parent, parent_gen, toks);
-    if (same >= 0 && same != b) {  // computed twice (two requests, one prefix): share the first
-      BlockMeta& o = meta_[size_t(same)];
-      if (o.refs++ == 0) lru_remove(same);
-      drop_ref(b);
-      s.blocks[bi] = same;
-      continue;
-    }
     const uint64_t key = block_key(parent, parent_gen, toks);
-    if (cache_.count(key)) continue;  // a key collision with another content: stays private
+    if (const auto it = cache_.find(key); it != cache_.end()) {
+      const int32_t same = it->second;
+      if (holds(same, parent, parent_gen, toks)) {  // computed twice (one prefix): share the first
+        BlockMeta& o = meta_[size_t(same)];
+        if (o.refs++ == 0) lru_remove(same);
+        drop_ref(b);
+        s.blocks[bi] = same;
+      }
+      continue;  // else a key collision with another content: b stays private
+    }
     BlockMeta& m = meta_[size_t(b)];
     ++m.gen;
     m.cached = true;

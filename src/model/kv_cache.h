@@ -75,8 +75,8 @@ class KvCache {
     int32_t prev = -1, next = -1;  // the LRU list of cached blocks no sequence holds
   };
   static uint64_t block_key(int32_t parent, uint32_t parent_gen, const int32_t* tokens);
-  // The cached block with this parent and these tokens, or -1.
-  int32_t find_cached(int32_t parent, uint32_t parent_gen, const int32_t* tokens) const;
+  // Whether cached block b holds these tokens after this parent (its key may collide).
+  bool holds(int32_t b, int32_t parent, uint32_t parent_gen, const int32_t* tokens) const;
   int32_t take_block();          // a free block, else the least recently used evictable one
   void drop_ref(int32_t block);  // to the free list, or (cached) to the LRU list's tail
   void lru_remove(int32_t block);

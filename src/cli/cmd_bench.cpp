@@ -204,6 +204,7 @@ int bench_spec(int argc, char** argv) {
       .flag("json", "print JSON", false);
   add_length_flags(args, "128");
   add_sampling_flags(args, SamplingParams{});
+  add_penalty_flags(args);
   add_runtime_flags(args);
   add_kv_cache_flag(args);
   if (!args.parse(argc, argv, "bench spec",
@@ -224,6 +225,7 @@ int bench_spec(int argc, char** argv) {
   GenerateParams gp;
   length_from_flags(args, gp);
   gp.sampling = sampling_from_flags(args);
+  gp.logits_params = penalties_from_flags(args);
   validate_flag_params(gp);
   const int limit = int(args.integer("limit", 0, kFlagIntMax));
   const int per_category = int(args.integer("per-category", 0, kFlagIntMax));

@@ -29,6 +29,7 @@ int cmd_generate(int argc, char** argv) {
       .flag("json", "print one JSON object instead of streaming text", false);
   add_length_flags(args, "128");
   add_sampling_flags(args, SamplingParams{});
+  add_penalty_flags(args);
   add_runtime_flags(args);
   add_kv_cache_flag(args);
   if (!args.parse(argc, argv, "generate", "Generates text from a prompt, streaming it to stdout."))
@@ -42,6 +43,7 @@ int cmd_generate(int argc, char** argv) {
   GenerateParams gp;
   length_from_flags(args, gp);
   gp.sampling = sampling_from_flags(args);
+  gp.logits_params = penalties_from_flags(args);
   gp.stop_strings = args.list("stop");
   validate_flag_params(gp);
   const int64_t kv_tokens = args.integer("kv-tokens", kKvBlock, int64_t(1) << 28);

@@ -92,6 +92,23 @@ SamplingParams sampling_from_flags(const Args& args) {
   return p;
 }
 
+void add_penalty_flags(Args& args) {
+  args.flag("presence-penalty", "subtracted from the logit of every token the output holds, in [-2, 2]", true, "0")
+      .flag("frequency-penalty", "subtracted once per occurrence in the output, in [-2, 2]", true, "0")
+      .flag("repetition-penalty",
+            "divides positive logits (multiplies negative ones) of tokens in the prompt or output, > 0", true,
+            "1");
+}
+
+LogitsParams penalties_from_flags(const Args& args) {
+  LogitsParams p;
+  p.presence_penalty = float(args.number("presence-penalty", -2, 2));
+  p.frequency_penalty = float(args.number("frequency-penalty", -2, 2));
+  p.repetition_penalty = float(args.number("repetition-penalty", 0, 100));
+  if (p.repetition_penalty <= 0.f) fail("flag --repetition-penalty must be > 0, got ", args.str("repetition-penalty"));
+  return p;
+}
+
 void add_length_flags(Args& args, const std::string& default_max_tokens) {
   args.flag("max-tokens", "tokens to generate at most per prompt (at least 1)", true, default_max_tokens)
       .flag("max-model-len", "prompt + output tokens at most (0: the model's max_position_embeddings)", true, "0");

@@ -31,6 +31,11 @@ void add_sampling_flags(Args& args, const SamplingParams& defaults);
 // Reads them, range-checked (each error names its flag).
 SamplingParams sampling_from_flags(const Args& args);
 
+// Declares --presence-penalty, --frequency-penalty and --repetition-penalty (all off).
+void add_penalty_flags(Args& args);
+// Reads them, range-checked (each error names its flag).
+LogitsParams penalties_from_flags(const Args& args);
+
 // Declares --max-model-len (prompt + output tokens at most; 0: the config's
 // max_position_embeddings) and --max-tokens with `default_max_tokens`.
 void add_length_flags(Args& args, const std::string& default_max_tokens);

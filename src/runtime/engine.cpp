@@ -116,6 +116,7 @@ uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
   p.validate();
   if (req.prompt.empty()) fail_request(kInvalid, "prompt", "prompt: the prompt has no tokens");
   check_token_ids(req.prompt, model_.config().vocab_size, "prompt");
+  p.logits_params.validate(model_.config().vocab_size);
   const int64_t n = int64_t(req.prompt.size());
   const int limit = int(std::min<int64_t>(max_model_len_, kv_capacity_tokens()));
   check_prompt_length(n, max_model_len_, kv_capacity_tokens());
@@ -129,6 +130,9 @@ uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
                  "kv_transfer_params: this server exports no hidden states (start it with a "
                  "--kv-transfer-config)");
   auto s = std::make_unique<RequestState>(0, std::move(req), std::move(on_output), tok_);
+  if (s->req.params.logits_params.any())
+    s->processor = std::make_unique<LogitsProcessor>(s->req.params.logits_params, s->req.prompt,
+                                                     model_.config().vocab_size);
   s->max_tokens = generation_budget(n, s->req.params.max_tokens, limit);
   s->target_len = int(n);
   s->arrival = now_seconds();

@@ -131,11 +131,13 @@ bool ModelRunner::propose(const StepPlan& plan) {
       const int pos = r->anchor_pos();
       r->draft_rng = position_rng(r->req.params.sampling.seed, kDraftStream, pos);
       DraftSampling ds{spec_.draft_sample == DraftSampleMethod::Probabilistic, r->req.params.sampling,
-                       &r->draft_rng};
+                       &r->draft_rng, r->processor.get()};
       jobs_.push_back(DraftJob{r->draft_seq, r->anchor, pos, r->want, ds, &r->draft});
     }
     if (!jobs_.empty()) v->d->propose_batch(jobs_);
   }
+  for (RequestState* r : dec)  // the drafts a drafter pushed were tries
+    if (r->processor) r->processor->pop_to(r->out_tokens.size());
   draft_ptrs_.clear();
   int64_t proposed = 0;
   for (RequestState* r : dec) {
@@ -282,7 +284,7 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
       }
       Rng rng = position_rng(r->req.params.sampling.seed, kResidualStream, r->target_len - 1);
       const float* logits = out.logits_row(out_row);
-      const int32_t tok = sampler_.sample(logits, V, r->req.params.sampling, rng);
+      const int32_t tok = sampler_.sample(processed_rows(*r, logits, {}), V, r->req.params.sampling, rng);
       if (out_.emit(*r, tok, logits)) r->anchor = tok;
     } else {
       r->anchor = r->out_tokens.back();  // recomputed after preemption: already emitted
@@ -305,15 +307,17 @@ void ModelRunner::verify_and_commit(const StepPlan& plan, const ForwardOutput& o
     const SamplingParams& sp = r->req.params.sampling;
     VerifyResult vr;
     const std::span<const int32_t> drafts(r->draft.tokens.data(), size_t(l));
+    // Row i is the distribution after the drafts before it (rows are consecutive, V apart).
+    const float* rows = processed_rows(*r, out.logits_row(r0), drafts);
     if (!drafter_) {
       Rng rng = position_rng(sp.seed, kResidualStream, pos);
-      vr.next_token = sampler_.sample(out.logits_row(r0), V, sp, rng);
+      vr.next_token = sampler_.sample(rows, V, sp, rng);
     } else if (sp.greedy()) {
-      vr = verify_greedy_logits(drafts, out.logits_row(r0), V, V);
+      vr = verify_greedy_logits(drafts, rows, V, V);
     } else {
       probs_.resize(size_t(V) * size_t(l + 1));
       for (int i = 0; i <= l; ++i)
-        sampler_.dense(out.logits_row(r0 + i), V, sp, probs_.data() + int64_t(i) * V);
+        sampler_.dense(rows + int64_t(i) * V, V, sp, probs_.data() + int64_t(i) * V);
       Rng accept = position_rng(sp.seed, kAcceptStream, pos),
           residual = position_rng(sp.seed, kResidualStream, pos);
       const VerifyInput vin{V, drafts, r->draft.q.empty() ? nullptr : r->draft.q.data(),
@@ -355,6 +359,25 @@ void ModelRunner::verify_and_commit(const StepPlan& plan, const ForwardOutput& o
       r->computed = pos + vr.accepted + 1;
     }
   }
+}
+
+const float* ModelRunner::processed_rows(RequestState& r, const float* logits,
+                                        std::span<const int32_t> drafts) {
+  if (!r.processor) return logits;
+  const int64_t V = cfg_.vocab_size;
+  const int n = int(drafts.size()) + 1;
+  processed_.resize(size_t(n) * size_t(V));
+  LogitsProcessor& lp = *r.processor;
+  const size_t depth = lp.depth();
+  const bool wrong = testing::processor_ignores_drafts();
+  for (int i = 0; i < n; ++i) {
+    float* row = processed_.data() + i * V;
+    std::memcpy(row, logits + i * V, size_t(V) * sizeof(float));
+    lp.apply(row);
+    if (i + 1 < n && !wrong) lp.push(drafts[size_t(i)]);
+  }
+  lp.pop_to(depth);
+  return processed_.data();
 }
 
 void ModelRunner::flush_held(std::span<RequestState* const> rs) {

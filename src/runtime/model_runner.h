@@ -59,6 +59,9 @@ class ModelRunner {
   void build_batch(const StepPlan& plan);
   void prefill_results(const StepPlan& plan, const ForwardOutput& out);
   void verify_and_commit(const StepPlan& plan, const ForwardOutput& out);
+  // The rows r samples or verifies from: `logits` itself, or with a logits processor the rows
+  // after each prefix of `drafts` processed (1 + drafts.size() consecutive rows of the vocab).
+  const float* processed_rows(RequestState& r, const float* logits, std::span<const int32_t> drafts);
   // Gives the drafter the rows each of `rs` holds (one accept_batch per version), then empties them.
   void flush_held(std::span<RequestState* const> rs);
   static constexpr int kHeldRows = 32;
@@ -81,7 +84,7 @@ class ModelRunner {
   // Step scratch, reused.
   Batch batch_;
   Sampler sampler_;
-  Buffer<float> probs_, gathered_;
+  Buffer<float> probs_, gathered_, processed_;
   std::vector<DraftJob> jobs_;
   std::vector<AcceptJob> accepts_;
   std::vector<RequestState*> flush_rows_;

@@ -31,6 +31,7 @@ bool OutputProcessor::emit(RequestState& r, int32_t token, const float* logits) 
     append_logprobs(logits, cfg_.vocab_size, token, r.req.params.logprobs, r.pending.logprobs,
                     lp_scratch_);
   r.out_tokens.push_back(token);
+  if (r.processor) r.processor->push(token);
   r.pending.token_ids.push_back(token);
   r.has_pending = true;
   ++live_.generation_tokens;

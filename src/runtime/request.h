@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/logprobs.h"
+#include "sample/logits_processor.h"
 #include "sample/sampler.h"
 
 namespace dspark {
@@ -22,6 +23,8 @@ constexpr size_t kMaxStopStrings = 64;
 
 struct GenerateParams {
   SamplingParams sampling;
+  // logit_bias and the penalties, applied before `sampling` (LogitsProcessor).
+  LogitsParams logits_params;
   // At least 1, or kAsManyAsFit; 0 only with prompt_logprobs (the prompt is scored, nothing is
   // generated: the request finishes with "length" and no tokens).
   int max_tokens = 128;
@@ -42,7 +45,8 @@ struct GenerateParams {
   // tokenizes the prompt), generate, bench spec, calibrate and Engine::submit: the sampling
   // fields (SamplingParams::validate), max_tokens (check_max_tokens, unless kAsManyAsFit or 0 with
   // prompt_logprobs), logprobs and prompt_logprobs (check_logprobs) and the stop strings
-  // (check_stop_strings). Throws Error naming the field (its param).
+  // (check_stop_strings). Throws Error naming the field (its param). logits_params needs the
+  // vocabulary: LogitsParams::validate, which Engine::submit runs too.
   void validate() const;
 };
 

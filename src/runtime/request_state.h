@@ -62,6 +62,8 @@ struct RequestState {
   int want = 0, verify_len = 0, chunk = 0, out_row = 0;
   Draft draft;
   Rng draft_rng;
+  // GenerateParams::logits_params when it asks for anything (else null): holds the emitted tokens.
+  std::unique_ptr<LogitsProcessor> processor;
   // Rows the drafter has not been given yet: committed tokens from position held_pos on, and
   // (when the drafter reads target features) their feature rows, held_width floats each.
   std::vector<int32_t> committed;

@@ -1,7 +1,9 @@
 #include "server/openai_request.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <map>
@@ -34,11 +36,7 @@ const std::map<std::string, std::vector<json>>& neutral_values() {
   static const std::map<std::string, std::vector<json>> v = {
       {"best_of", {1}},
       {"echo", {false}},
-      {"frequency_penalty", {0}},
-      {"presence_penalty", {0}},
-      {"repetition_penalty", {1}},
       {"length_penalty", {1}},
-      {"logit_bias", {json::object()}},
       {"suffix", {""}},
       {"min_tokens", {0}},
       {"include_stop_str_in_output", {false}},
@@ -81,15 +79,13 @@ FieldTable common_fields() {
         "stop_token_ids", "n", "stream", "stream_options", "ignore_eos", "return_token_ids",
         "request_id", "kv_transfer_params", "logprobs", "prompt_logprobs"})
     t[k] = Field::Handled;
+  for (const char* k : {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"})
+    t[k] = Field::Handled;
   for (const char* k : {"user", "priority", "cache_salt", "vllm_xargs",
                         "spaces_between_special_tokens", "metadata", "store", "service_tier"})
     t[k] = Field::Ignored;
   for (const char* k : {"best_of",
-                        "frequency_penalty",
-                        "presence_penalty",
-                        "repetition_penalty",
                         "length_penalty",
-                        "logit_bias",
                         "min_tokens",
                         "include_stop_str_in_output",
                         "use_beam_search",
@@ -480,12 +476,35 @@ void parse_logprobs(const json& body, OpenAiRequest& r) {
   }
 }
 
+// logit_bias and the penalties (their ranges are LogitsParams::validate's).
+void parse_logits_params(const json& body, const ServedModel& m, LogitsParams& lp) {
+  lp.presence_penalty = float(get_number(body, "presence_penalty").value_or(0.0));
+  lp.frequency_penalty = float(get_number(body, "frequency_penalty").value_or(0.0));
+  lp.repetition_penalty = float(get_number(body, "repetition_penalty").value_or(1.0));
+  const json& bias = field(body, "logit_bias");
+  if (!bias.is_null()) {
+    if (!bias.is_object()) wrong_type("logit_bias", "an object of token ids to numbers", bias);
+    for (const auto& [key, v] : bias.items()) {
+      // OpenAI's keys are token ids as strings.
+      char* end = nullptr;
+      errno = 0;
+      const long long id = std::strtoll(key.c_str(), &end, 10);
+      if (key.empty() || *end != '\0' || errno == ERANGE || id < kInt32Min || id > kInt32Max)
+        throw bad_request("'logit_bias' keys must be token ids, got \"" + key + "\"", "logit_bias");
+      if (!v.is_number()) wrong_type("logit_bias[\"" + key + "\"]", "a number", v);
+      lp.logit_bias.emplace_back(int32_t(id), float(v.get<double>()));
+    }
+  }
+  lp.validate(m.vocab_size);
+}
+
 // ... and last, the generation fields (max_tokens under its `max_names`), each then checked by
 // its one rule (GenerateParams::validate).
 void parse_generation(const json& body, const ServedModel& m,
                       const std::vector<const char*>& max_names, OpenAiRequest& r) {
   parse_common(body, m, r);
   parse_logprobs(body, r);
+  parse_logits_params(body, m, r.engine.params.logits_params);
   parse_max_tokens(body, max_names, r);
   GenerateParams& p = r.engine.params;
   p.logprobs = r.logprobs;

@@ -1,6 +1,8 @@
 #include "spec_decode/dflash_backbone.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "kernels/gemm.h"
@@ -92,6 +94,7 @@ DflashBackbone::DflashBackbone(const DrafterConfig& cfg, const Model& target,
 int32_t DflashBackbone::draw(const float* z, bool draft_vocab, const DraftSampling& ds,
                              Sampler& sampler, float* q_row) {
   const int n = head(draft_vocab).n;
+  if (ds.processor) return draw_processed(z, draft_vocab, ds, sampler, q_row);
   if (!ds.dense_q()) return to_target(draft_vocab, argmax(z, n));
   if (!draft_vocab) {
     sampler.dense(z, n, ds.params, q_row);  // the exact q the verifier will see
@@ -103,6 +106,30 @@ int32_t DflashBackbone::draw(const float* z, bool draft_vocab, const DraftSampli
   std::memset(q_row, 0, size_t(target_vocab_) * sizeof(float));
   for (int i = 0; i < n; ++i) q_row[to_target_[size_t(i)]] = qd_[size_t(i)];
   return to_target_[size_t(d)];
+}
+
+// With a logits processor the row is processed over the target's vocabulary (tokens outside the
+// draft vocabulary at -inf), then drawn from as it is.
+int32_t DflashBackbone::draw_processed(const float* z, bool draft_vocab, const DraftSampling& ds,
+                                       Sampler& sampler, float* q_row) {
+  const int V = target_vocab_, n = head(draft_vocab).n;
+  full_.resize(size_t(V));
+  if (draft_vocab) {
+    std::fill(full_.data(), full_.data() + V, -std::numeric_limits<float>::infinity());
+    for (int i = 0; i < n; ++i) full_[size_t(to_target_[size_t(i)])] = z[i];
+  } else {
+    std::copy(z, z + V, full_.data());
+  }
+  ds.processor->apply(full_.data());
+  int32_t x;
+  if (ds.dense_q()) {
+    sampler.dense(full_.data(), V, ds.params, q_row);
+    x = Sampler::draw_dense(q_row, V, *ds.rng);
+  } else {
+    x = argmax(full_.data(), V);
+  }
+  ds.processor->push(x);
+  return x;
 }
 
 DflashBackboneDrafter::DflashBackboneDrafter(const DrafterConfig& cfg, const Model& target,

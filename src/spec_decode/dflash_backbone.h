@@ -57,6 +57,8 @@ class DflashBackbone {
   // draft vocabulary). Returns the target id.
   int32_t draw(const float* z, bool draft_vocab, const DraftSampling& ds, Sampler& sampler,
                float* q_row);
+  int32_t draw_processed(const float* z, bool draft_vocab, const DraftSampling& ds,
+                         Sampler& sampler, float* q_row);
 
   int new_sequence();
   void free_sequence(int seq);
@@ -94,7 +96,7 @@ class DflashBackbone {
   Rope rope_;
   int target_vocab_ = 0;
   std::vector<int32_t> to_target_;
-  Buffer<float> qd_;
+  Buffer<float> qd_, full_;
   KvCache kv_;
   LayerScratch scratch_;
   Buffer<float> ctx_, h_, out_, head_in_[2], head_out_[2];

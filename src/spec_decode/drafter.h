@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "sample/logits_processor.h"
 #include "sample/sampler.h"
 #include "spec_decode/spec_config.h"
 
@@ -27,6 +28,10 @@ struct DraftSampling {
   bool probabilistic = false;  // sample from q (else argmax, q one-hot)
   SamplingParams params;       // the request's temperature / top-k / top-p / min-p
   Rng* rng = nullptr;          // the draft stream (independent of acceptance and residual draws)
+  // The request's logit_bias and penalties (null: none). A drafter that samples from its own
+  // logits over the target's vocabulary applies it to each row first and pushes each draft it
+  // picks (the caller pops them after the round).
+  LogitsProcessor* processor = nullptr;
   // Whether drafters build and sample a dense q. At temperature 0 probabilistic drafting is the
   // argmax with a one-hot q, which Draft::q leaves implicit (empty), so it is skipped.
   bool dense_q() const { return probabilistic && !params.greedy(); }

@@ -217,6 +217,7 @@ class Eagle3Drafter : public Drafter {
   int32_t pick(const float* logits, const DraftSampling& ds, Draft& out, int i) {
     full_.assign(size_t(vocab_), -std::numeric_limits<float>::infinity());
     for (int d = 0; d < draft_vocab_; ++d) full_[size_t(to_target_[size_t(d)])] = logits[d];
+    if (ds.processor) ds.processor->apply(full_.data());
     int32_t token;
     if (ds.dense_q()) {
       float* q = out.q.data() + int64_t(i) * vocab_;
@@ -226,6 +227,7 @@ class Eagle3Drafter : public Drafter {
       token = argmax(full_.data(), vocab_);
     }
     out.tokens.push_back(token);
+    if (ds.processor) ds.processor->push(token);
     return token;
   }
 

@@ -96,13 +96,15 @@ inline SpecConfig config_for(const std::string& kind, const std::string& dir, in
 
 
 inline ChiSquare sampled_fit(Harness& h, Drafter& d, const SpecConfig& sc, VerifyLengthPolicy& policy, const SamplingParams& sp,
-                      const std::vector<double>& exact, int n_tokens, int runs, SpecMetrics* metrics = nullptr) {
+                      const std::vector<double>& exact, int n_tokens, int runs, SpecMetrics* metrics = nullptr,
+                      const LogitsParams& lp = LogitsParams{}) {
   const std::vector<int32_t> prompt = {1, 4, 2};
   const int V = h.cfg.vocab_size;
   std::vector<int64_t> counts(exact.size(), 0);
   GenerateParams gp;
   gp.max_tokens = n_tokens;
   gp.sampling = sp;
+  gp.logits_params = lp;
   for (int r = 0; r < runs; ++r) {
     gp.sampling.seed = uint64_t(r) * 7919 + 17;
     auto res = h.spec(prompt, gp, d, sc, policy, metrics);

@@ -3,7 +3,9 @@
 // token's mask bit against an independent check), push/pop, schema errors, timing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <iostream>
 #include <random>
 #include <string>
@@ -318,13 +320,13 @@ class PrefixChecker {
     }
     return kOk;
   }
-  R hex(std::string& got, int n) {
+  R hex(std::string& got, int n, bool first = true) {
     for (int k = 0; k < n; ++k) {
       if (end()) return kEnd;
       if (!std::isxdigit(at())) return kBad;
       got += char(std::tolower(at()));
       ++i_;
-      if (got.size() == 2 && got[0] == 'd' && got[1] >= 'c') return kBad;  // lone low surrogate
+      if (first && got.size() == 2 && got[0] == 'd' && got[1] >= 'c') return kBad;  // lone low
     }
     return kOk;
   }
@@ -341,7 +343,7 @@ class PrefixChecker {
     if (c < 'c' || c > 'f') return kBad;
     ++i_;
     std::string rest;
-    return hex(rest, 2);
+    return hex(rest, 2, false);
   }
   R utf8() {
     uint8_t c = at();
@@ -438,7 +440,10 @@ std::vector<int32_t> closers() {
 
 // A random walk: uniform among allowed tokens for `free_steps`, then closing where possible.
 // Returns the tokens (EOS excluded); complete() must hold at the end.
-std::vector<int32_t> walk(JsonMatcher& m, std::mt19937& rng, int free_steps, bool finish) {
+// by_first_byte: pick a first byte among the allowed tokens', then a token (reaches structure more
+// often than uniform picks, which mostly extend strings).
+std::vector<int32_t> walk(JsonMatcher& m, std::mt19937& rng, int free_steps, bool finish,
+                          bool by_first_byte = false) {
   const int V = demo().vocab->size();
   std::vector<uint8_t> mask(size_t(V), 0);
   std::vector<int32_t> toks, allowed;
@@ -465,6 +470,20 @@ std::vector<int32_t> walk(JsonMatcher& m, std::mt19937& rng, int free_steps, boo
       continue;
     }
     int32_t pick = allowed[rng() % allowed.size()];
+    if (by_first_byte && !demo().vocab->is_eos(pick)) {
+      std::vector<uint8_t> firsts;
+      for (int32_t t : allowed)
+        if (!demo().vocab->is_eos(t)) firsts.push_back(uint8_t(demo().vocab->bytes(t)[0]));
+      std::sort(firsts.begin(), firsts.end());
+      firsts.erase(std::unique(firsts.begin(), firsts.end()), firsts.end());
+      uint8_t first = firsts[rng() % firsts.size()];
+      std::vector<int32_t> same;
+      for (int32_t t : allowed) {
+        const std::string& b = demo().vocab->bytes(t);
+        if (!b.empty() && uint8_t(b[0]) == first) same.push_back(t);
+      }
+      pick = same[rng() % same.size()];
+    }
     if (demo().vocab->is_eos(pick)) return toks;
     EXPECT_TRUE(m.push(pick));
     toks.push_back(pick);
@@ -478,7 +497,7 @@ TEST(JsonConstraint, RandomWalksEndInValidDocuments) {
   auto run = [&](const std::shared_ptr<const JsonGrammar>& g, const json* schema, int walks) {
     for (int w = 0; w < walks; ++w) {
       JsonMatcher m(g, demo().vocab);
-      auto toks = walk(m, rng, int(rng() % 40), true);
+      auto toks = walk(m, rng, int(rng() % 40), true, w % 2 == 1);
       ASSERT_TRUE(m.complete()) << text_of(toks);
       std::string text = text_of(toks);
       json v;
@@ -497,8 +516,39 @@ TEST(JsonConstraint, RandomWalksEndInValidDocuments) {
   }
 }
 
-// Every token's mask bit against the oracle (json_object) and against pushing its bytes one at a
-// time (all grammars); allows() and push/pop agree with the mask.
+// Every token's mask bit against pushing its bytes one at a time, and for json_object against the
+// independent checker; allows() agrees with the mask.
+void check_every_token(JsonMatcher& m, const std::string& prefix, bool use_oracle) {
+  const int V = demo().vocab->size();
+  std::vector<uint8_t> mask(static_cast<size_t>(V));
+  m.allowed(mask.data());
+  int mismatches = 0;
+  if (use_oracle) {
+    EXPECT_EQ(m.complete(), oracle(prefix) == 1) << json(prefix).dump();
+  }
+  for (int32_t t = 0; t < V; ++t) {
+    bool want;
+    const std::string& b = demo().vocab->bytes(t);
+    if (demo().vocab->is_eos(t)) {
+      want = m.complete();
+    } else if (b.empty()) {
+      want = false;
+    } else {
+      size_t n = 0;
+      for (; n < b.size() && m.push_bytes(std::string_view(b).substr(n, 1)); ++n) {}
+      want = n == b.size();
+      for (size_t i = 0; i < n; ++i) m.pop();
+      if (use_oracle && want != (oracle(prefix + b) >= 0) && ++mismatches <= 5)
+        ADD_FAILURE() << "checker disagrees on token " << t << " (" << json(b).dump()
+                      << ") after " << json(prefix).dump();
+    }
+    if (mask[size_t(t)] != want && ++mismatches <= 5)
+      ADD_FAILURE() << "mask[" << t << "]=" << int(mask[size_t(t)]) << " after "
+                    << json(prefix).dump() << " token " << json(b).dump();
+    if (m.allows(t) != want && ++mismatches <= 5) ADD_FAILURE() << "allows(" << t << ")";
+  }
+}
+
 TEST(JsonConstraint, MaskIsExactAtRandomPrefixes) {
   std::mt19937 rng(99);
   const int V = demo().vocab->size();
@@ -506,36 +556,12 @@ TEST(JsonConstraint, MaskIsExactAtRandomPrefixes) {
   auto check = [&](const std::shared_ptr<const JsonGrammar>& g, bool use_oracle, int prefixes) {
     for (int p = 0; p < prefixes; ++p) {
       JsonMatcher m(g, demo().vocab);
-      auto toks = walk(m, rng, int(rng() % 30), false);
+      auto toks = walk(m, rng, int(rng() % 40), false, p % 2 == 1);
       std::string prefix = text_of(toks);
-      m.allowed(mask.data());
-      int mismatches = 0;
-      for (int32_t t = 0; t < V; ++t) {
-        bool want;
-        const std::string& b = demo().vocab->bytes(t);
-        if (demo().vocab->is_eos(t)) {
-          want = m.complete();
-          if (use_oracle) {
-            EXPECT_EQ(want, oracle(prefix) == 1) << prefix;
-          }
-        } else if (b.empty()) {
-          want = false;
-        } else {
-          size_t n = 0;
-          for (; n < b.size() && m.push_bytes(std::string_view(b).substr(n, 1)); ++n) {}
-          want = n == b.size();
-          for (size_t i = 0; i < n; ++i) m.pop();
-          if (use_oracle && want != (oracle(prefix + b) >= 0) && ++mismatches <= 5)
-            ADD_FAILURE() << "oracle disagrees on token " << t << " (" << json(b).dump()
-                          << ") after " << json(prefix).dump();
-        }
-        if (mask[size_t(t)] != want && ++mismatches <= 5)
-          ADD_FAILURE() << "mask[" << t << "]=" << int(mask[size_t(t)]) << " after "
-                        << json(prefix).dump() << " token " << json(b).dump();
-        if (m.allows(t) != want && ++mismatches <= 5) ADD_FAILURE() << "allows(" << t << ")";
-      }
+      check_every_token(m, prefix, use_oracle);
       ASSERT_EQ(m.depth(), toks.size());
       // push + pop leaves the mask as it was
+      m.allowed(mask.data());
       for (int k = 0; k < 5; ++k) {
         std::vector<int32_t> ok;
         for (int32_t t = 0; t < V; ++t)
@@ -550,10 +576,28 @@ TEST(JsonConstraint, MaskIsExactAtRandomPrefixes) {
       }
     }
   };
-  check(JsonGrammar::any_object(), true, 40);
+  check(JsonGrammar::any_object(), true, 80);
   for (const auto& [name, s] : schemas()) {
     SCOPED_TRACE(name);
-    check(JsonGrammar::from_schema(s), false, 10);
+    check(JsonGrammar::from_schema(s), false, 16);
+  }
+}
+
+// Every byte prefix of some documents with all of JSON's corners, against the checker.
+TEST(JsonConstraint, MaskIsExactAtEveryPrefixOfDocuments) {
+  auto g = JsonGrammar::any_object();
+  for (std::string doc :
+       {"{\"a\" : [ true , false , null, [], {} ],\"b\":{\"c\":-0.5e+10,\"d\":0,\"e\":12.5E-3}}",
+        "{\"s\":\"x\\u00e9\\ud83d\\uDE00\\n\\\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"}",
+        "\n {\n\t\"k\"\r:\n[1\n,\n2]\n}\n"}) {
+    JsonMatcher m(g, demo().vocab);
+    for (size_t i = 0; i <= doc.size(); ++i) {
+      check_every_token(m, doc.substr(0, i), true);
+      if (i < doc.size()) {
+        ASSERT_TRUE(m.push_bytes(doc.substr(i, 1))) << doc.substr(0, i + 1);
+      }
+    }
+    EXPECT_TRUE(m.complete());
   }
 }
 

@@ -17,22 +17,26 @@
 //   array: items (a schema, or true), minItems, maxItems.
 //   enum / const: any JSON values, written exactly as nlohmann::json::dump() writes them (compact,
 //     keys sorted, non-ASCII as UTF-8); with a type, values of other types are dropped.
-//   anyOf / oneOf: the alternatives must be told apart by their first byte ('{', '[', '"', a digit or
+//   anyOf / oneOf: the alternatives must be told apart by their first byte ('{', '[', '"', a digit
+//   or
 //     '-', a literal's first byte). Exceptions: under anyOf (and type lists) "number" absorbs
-//     "integer", and a general type absorbs literals of its type; literal sets are merged. oneOf drops
-//     literals that two alternatives share. Anything else overlapping throws.
+//     "integer", and a general type absorbs literals of its type; literal sets are merged. oneOf
+//     drops literals that two alternatives share. Anything else overlapping throws.
 //   $ref to "#/$defs/NAME" or "#/definitions/NAME" of the root schema, recursion included.
 //   Ignored annotations: title, description, default, examples, $schema, $id, $comment, $defs,
-//     definitions. Any other keyword throws Error naming it and the JSON-pointer path of its subschema.
+//     definitions. Any other keyword throws Error naming it and the JSON-pointer path of its
+//     subschema.
 // Key order: any order; each key at most once; every required key before '}'. Property names match
 //   only when written exactly as dump() writes them (no \u escapes of plain characters); with
 //   additional properties allowed, other spellings are other keys.
-// Strings: any valid UTF-8 (checked byte by byte: overlongs, surrogates and bytes above U+10FFFF are
+// Strings: any valid UTF-8 (checked byte by byte: overlongs, surrogates and bytes above U+10FFFF
+// are
 //   refused), no raw control characters, the JSON escapes; \u escapes of surrogates must pair.
 // Numbers: the JSON number grammar; "integer" has no fraction or exponent. Lengths are bounded so a
 //   model cannot run on forever and doubles stay finite: at most 19 integer digits, 19 fraction
 //   digits and 2 exponent digits.
-// Whitespace rule: JSON whitespace (space, \t, \n, \r) is allowed wherever JSON allows it (before and
+// Whitespace rule: JSON whitespace (space, \t, \n, \r) is allowed wherever JSON allows it (before
+// and
 //   after the document, around ':' and ',', after '{' '[' and before '}' ']'), at most
 //   max_whitespace (default 16) consecutive bytes at each place. After the document only that
 //   trailing whitespace and then an end-of-sequence token are allowed.
@@ -57,10 +61,10 @@ struct Frame {
   uint32_t node = 0;  // grammar node
   uint8_t kind = 0;
   uint8_t phase = 0;
-  uint8_t ws = 0;      // consecutive whitespace bytes at the current place
-  uint32_t a = 0;      // trie position, digit count or item count (by kind)
-  uint32_t b = 0;      // string escape/UTF-8 state, or the key being read
-  uint64_t seen = 0;   // object: the properties written so far
+  uint8_t ws = 0;     // consecutive whitespace bytes at the current place
+  uint32_t a = 0;     // trie position, digit count or item count (by kind)
+  uint32_t b = 0;     // string escape/UTF-8 state, or the key being read
+  uint64_t seen = 0;  // object: the properties written so far
 };
 // The matcher's position: the top frame by value, the frames below it in an arena (by index).
 struct State {
@@ -100,7 +104,8 @@ class JsonGrammar {
 // end-of-sequence ids are allowed exactly when the text is complete.
 class TokenVocab {
  public:
-  static std::shared_ptr<const TokenVocab> build(const Tokenizer& tok, std::vector<int32_t> eos_ids);
+  static std::shared_ptr<const TokenVocab> build(const Tokenizer& tok,
+                                                 std::vector<int32_t> eos_ids);
   // token_bytes[id]: the raw bytes of token id; empty: never allowed (special tokens, gaps).
   static std::shared_ptr<const TokenVocab> build(const std::vector<std::string>& token_bytes,
                                                  std::vector<int32_t> eos_ids);

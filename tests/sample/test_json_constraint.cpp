@@ -69,7 +69,8 @@ bool validate(const json& s, const json& v, const json& root) {
   }
   if (s.contains("type")) {
     bool any = false;
-    if (s["type"].is_string()) any = type_ok(s["type"], v);
+    if (s["type"].is_string())
+      any = type_ok(s["type"], v);
     else
       for (const json& t : s["type"]) any = any || type_ok(t, v);
     if (!any) return false;
@@ -195,14 +196,40 @@ TEST(JsonConstraint, JsonObjectDocuments) {
                "{\"utf8\":\"h\xc3\xa9llo \xe2\x82\xac \xf0\x9f\x98\x80\"}",
                "{\"n\":{\"m\":[[],{},[{}],\"x\"]}}", "{\n  \"a\": {\n    \"b\": [1, 2]\n  }\n}\n",
                "{\"a\":1,\"a\":2}", "{\"\":\"\"}", std::string(16, ' ') + "{}"},
-              {"", "[]", "1", "\"s\"", "{", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "{,}", "{}x",
-               "{}{}", "{\"a\":01}", "{\"a\":1.}", "{\"a\":.5}", "{\"a\":1e}", "{\"a\":+1}",
-               "{\"a\":tru}", "{\"a\":True}", "{'a':1}", "{\"a\":\"\\x\"}", "{\"a\":\"\\udc00\"}",
-               "{\"a\":\"\\ud800\"}", "{\"a\":\"\\ud800\\u0041\"}", "{\"a\":\"\xff\"}",
-               "{\"a\":\"\xc0\x80\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xf4\x90\x80\x80\"}",
-               "{\"a\":\"\xc3\"}", "{\"a\":\"tab\there\"}", "{\"a\":[1 2]}",
-               std::string(17, ' ') + "{}", "{" + std::string(17, ' ') + "}",
-               "{\"a\":12345678901234567890}", "{\"a\":1e100}"});
+              {"",
+               "[]",
+               "1",
+               "\"s\"",
+               "{",
+               "{\"a\"}",
+               "{\"a\":}",
+               "{\"a\":1,}",
+               "{,}",
+               "{}x",
+               "{}{}",
+               "{\"a\":01}",
+               "{\"a\":1.}",
+               "{\"a\":.5}",
+               "{\"a\":1e}",
+               "{\"a\":+1}",
+               "{\"a\":tru}",
+               "{\"a\":True}",
+               "{'a':1}",
+               "{\"a\":\"\\x\"}",
+               "{\"a\":\"\\udc00\"}",
+               "{\"a\":\"\\ud800\"}",
+               "{\"a\":\"\\ud800\\u0041\"}",
+               "{\"a\":\"\xff\"}",
+               "{\"a\":\"\xc0\x80\"}",
+               "{\"a\":\"\xed\xa0\x80\"}",
+               "{\"a\":\"\xf4\x90\x80\x80\"}",
+               "{\"a\":\"\xc3\"}",
+               "{\"a\":\"tab\there\"}",
+               "{\"a\":[1 2]}",
+               std::string(17, ' ') + "{}",
+               "{" + std::string(17, ' ') + "}",
+               "{\"a\":12345678901234567890}",
+               "{\"a\":1e100}"});
 }
 
 TEST(JsonConstraint, SchemaDocuments) {
@@ -215,20 +242,22 @@ TEST(JsonConstraint, SchemaDocuments) {
                "{\"name\":\"A\",\"age\":1,\"name\":\"B\"}", "{\"name\":\"A\",\"age\":1,\"x\":1}",
                "{\"name\":\"A\",\"age\":1,\"tags\":[\"a\",\"b\",\"c\",\"d\"]}",
                "{\"nam\":\"A\",\"age\":1}", "{\"n\\u0061me\":\"A\",\"age\":1}", "[]"});
-  expect_docs(JsonGrammar::from_schema(kMixed),
-              {"{\"kind\":\"a\",\"inner\":{\"v\":\"fixed\"}}",
-               "{\"kind\":12,\"x\":null,\"inner\":{\"v\":\"fixed\",\"w\":true},\"extra\":{\"q\":[1]}}",
-               "{\"inner\":{\"v\":\"fixed\"},\"kind\":2.5,\"x\":-3.5}",
-               "{\"kind\":1,\"inner\":{\"v\":\"fixed\"}}", "{\"kind\":null,\"inner\":{\"v\":\"fixed\"}}",
-               "{\"kind\":true,\"inner\":{\"v\":\"fixed\"}}"},
-              {"{\"kind\":\"c\",\"inner\":{\"v\":\"fixed\"}}", "{\"kind\":2,\"inner\":{\"v\":\"fixed\"}}",
-               "{\"kind\":false,\"inner\":{\"v\":\"fixed\"}}", "{\"kind\":\"a\",\"inner\":{}}",
-               "{\"kind\":\"a\",\"inner\":{\"v\":\"other\"}}", "{\"kind\":\"a\",\"inner\":{\"v\":\"fixed\",\"v\":\"fixed\"}}",
-               "{\"kind\":\"a\",\"inner\":{\"v\":\"fixed\",\"other\":1}}",
-               "{\"kind\":\"a\",\"inner\":{\"v\":\"fixed\"},\"extra\":{\"p\":1}}",
-               "{\"kind\":1.0,\"inner\":{\"v\":\"fixed\"}}", "{\"kind\":\"a\",\"x\":\"1\",\"inner\":{\"v\":\"fixed\"}}"});
-  expect_docs(JsonGrammar::from_schema(kList),
-              {"[\"a\"]", "[1,\"b\",{},{\"k\":null}]", "[ -5 ]"},
+  expect_docs(
+      JsonGrammar::from_schema(kMixed),
+      {"{\"kind\":\"a\",\"inner\":{\"v\":\"fixed\"}}",
+       "{\"kind\":12,\"x\":null,\"inner\":{\"v\":\"fixed\",\"w\":true},\"extra\":{\"q\":[1]}}",
+       "{\"inner\":{\"v\":\"fixed\"},\"kind\":2.5,\"x\":-3.5}",
+       "{\"kind\":1,\"inner\":{\"v\":\"fixed\"}}", "{\"kind\":null,\"inner\":{\"v\":\"fixed\"}}",
+       "{\"kind\":true,\"inner\":{\"v\":\"fixed\"}}"},
+      {"{\"kind\":\"c\",\"inner\":{\"v\":\"fixed\"}}", "{\"kind\":2,\"inner\":{\"v\":\"fixed\"}}",
+       "{\"kind\":false,\"inner\":{\"v\":\"fixed\"}}", "{\"kind\":\"a\",\"inner\":{}}",
+       "{\"kind\":\"a\",\"inner\":{\"v\":\"other\"}}",
+       "{\"kind\":\"a\",\"inner\":{\"v\":\"fixed\",\"v\":\"fixed\"}}",
+       "{\"kind\":\"a\",\"inner\":{\"v\":\"fixed\",\"other\":1}}",
+       "{\"kind\":\"a\",\"inner\":{\"v\":\"fixed\"},\"extra\":{\"p\":1}}",
+       "{\"kind\":1.0,\"inner\":{\"v\":\"fixed\"}}",
+       "{\"kind\":\"a\",\"x\":\"1\",\"inner\":{\"v\":\"fixed\"}}"});
+  expect_docs(JsonGrammar::from_schema(kList), {"[\"a\"]", "[1,\"b\",{},{\"k\":null}]", "[ -5 ]"},
               {"[]", "[1,2,3,4,5]", "[1.5]", "[{\"k\":1}]", "[{\"j\":null}]", "[null]"});
   expect_docs(JsonGrammar::from_schema(kTree),
               {"{\"val\":1,\"next\":null}", "{\"next\":{\"val\":2,\"next\":null},\"val\":1}"},
@@ -279,13 +308,20 @@ class PrefixChecker {
   R value() {
     if (end()) return kEnd;
     switch (at()) {
-      case '{': return object();
-      case '[': return array();
-      case '"': return string();
-      case 't': return word("true");
-      case 'f': return word("false");
-      case 'n': return word("null");
-      default: return at() == '-' || (at() >= '0' && at() <= '9') ? number() : kBad;
+      case '{':
+        return object();
+      case '[':
+        return array();
+      case '"':
+        return string();
+      case 't':
+        return word("true");
+      case 'f':
+        return word("false");
+      case 'n':
+        return word("null");
+      default:
+        return at() == '-' || (at() >= '0' && at() <= '9') ? number() : kBad;
     }
   }
   R word(const char* w) {
@@ -349,10 +385,14 @@ class PrefixChecker {
     uint8_t c = at();
     int more;
     uint8_t lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) more = 1;
-    else if (c >= 0xE0 && c <= 0xEF) more = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4) more = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return kBad;
+    if (c >= 0xC2 && c <= 0xDF)
+      more = 1;
+    else if (c >= 0xE0 && c <= 0xEF)
+      more = 2, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+      more = 3, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else
+      return kBad;
     ++i_;
     for (int k = 0; k < more; ++k, lo = 0x80, hi = 0xBF) {
       if (end()) return kEnd;
@@ -377,8 +417,10 @@ class PrefixChecker {
         if (end()) return kEnd;
         char e = char(at());
         ++i_;
-        if (e == 'u') r = escape_u();
-        else if (!std::strchr("\"\\/bfnrt", e) || e == 0) r = kBad;
+        if (e == 'u')
+          r = escape_u();
+        else if (!std::strchr("\"\\/bfnrt", e) || e == 0)
+          r = kBad;
       } else if (c >= 0x80) {
         r = utf8();
       } else {
@@ -418,7 +460,9 @@ class PrefixChecker {
   size_t i_ = 0;
 };
 
-int oracle(const std::string& t) { return PrefixChecker(t).doc(); }
+int oracle(const std::string& t) {
+  return PrefixChecker(t).doc();
+}
 
 std::string text_of(const std::vector<int32_t>& toks) {
   std::string s;
@@ -535,12 +579,13 @@ void check_every_token(JsonMatcher& m, const std::string& prefix, bool use_oracl
       want = false;
     } else {
       size_t n = 0;
-      for (; n < b.size() && m.push_bytes(std::string_view(b).substr(n, 1)); ++n) {}
+      for (; n < b.size() && m.push_bytes(std::string_view(b).substr(n, 1)); ++n) {
+      }
       want = n == b.size();
       for (size_t i = 0; i < n; ++i) m.pop();
       if (use_oracle && want != (oracle(prefix + b) >= 0) && ++mismatches <= 5)
-        ADD_FAILURE() << "checker disagrees on token " << t << " (" << json(b).dump()
-                      << ") after " << json(prefix).dump();
+        ADD_FAILURE() << "checker disagrees on token " << t << " (" << json(b).dump() << ") after "
+                      << json(prefix).dump();
     }
     if (mask[size_t(t)] != want && ++mismatches <= 5)
       ADD_FAILURE() << "mask[" << t << "]=" << int(mask[size_t(t)]) << " after "
@@ -599,6 +644,17 @@ TEST(JsonConstraint, MaskIsExactAtEveryPrefixOfDocuments) {
     }
     EXPECT_TRUE(m.complete());
   }
+  auto mixed = JsonGrammar::from_schema(kMixed);
+  std::string doc =
+      "{\"kind\":1,\"inner\":{\"v\":\"fixed\"},\"extra\":{\"p\":\"a\",\"pq\\u00e9\":[1],\"\":{}}}";
+  JsonMatcher m(mixed, demo().vocab);
+  for (size_t i = 0; i <= doc.size(); ++i) {
+    check_every_token(m, doc.substr(0, i), false);
+    if (i < doc.size()) {
+      ASSERT_TRUE(m.push_bytes(doc.substr(i, 1))) << doc.substr(0, i + 1);
+    }
+  }
+  EXPECT_TRUE(m.complete());
 }
 
 TEST(JsonConstraint, PopUndoesPushes) {
@@ -642,31 +698,43 @@ void expect_error(const json& schema, const std::string& part) {
 }
 
 TEST(JsonConstraint, SchemaErrorsNameKeywordAndPath) {
-  expect_error(json::parse(R"({"type":"object","properties":{"age":{"type":"string","pattern":"x"}}})"),
-               "response_format.json_schema.schema/properties/age: unsupported keyword \"pattern\"");
+  expect_error(
+      json::parse(R"({"type":"object","properties":{"age":{"type":"string","pattern":"x"}}})"),
+      "response_format.json_schema.schema/properties/age: unsupported keyword \"pattern\"");
   expect_error(json::parse(R"({"type":"array","items":{"type":"number","minimum":0}})"),
                "schema/items: unsupported keyword \"minimum\"");
-  expect_error(json::parse(R"({"type":"string","format":"date"})"), "schema: unsupported keyword \"format\"");
+  expect_error(json::parse(R"({"type":"string","format":"date"})"),
+               "schema: unsupported keyword \"format\"");
   expect_error(json::parse(R"({"properties":{"a/b":{"allOf":[]}}})"),
                "schema/properties/a~1b: unsupported keyword \"allOf\"");
   expect_error(json::parse(R"({"type":3})"), "\"type\" must be a string");
   expect_error(json::parse(R"({"type":"text"})"), "unknown type \"text\"");
-  expect_error(json::parse(R"({"type":"object","required":"a"})"), "\"required\" must be an array of strings");
-  expect_error(json::parse(R"({"type":"object","required":[1]})"), "\"required\" must be an array of strings");
-  expect_error(json::parse(R"({"type":"object","properties":[]})"), "\"properties\" must be an object");
+  expect_error(json::parse(R"({"type":"object","required":"a"})"),
+               "\"required\" must be an array of strings");
+  expect_error(json::parse(R"({"type":"object","required":[1]})"),
+               "\"required\" must be an array of strings");
+  expect_error(json::parse(R"({"type":"object","properties":[]})"),
+               "\"properties\" must be an object");
   expect_error(json::parse(R"({"type":"object","properties":{"a":{}},"required":["b"]})"),
                "required property \"b\" is not in \"properties\"");
-  expect_error(json::parse(R"({"type":"object","additionalProperties":1})"), "\"additionalProperties\" must be");
-  expect_error(json::parse(R"({"type":"array","minItems":-1})"), "\"minItems\" must be a non-negative integer");
-  expect_error(json::parse(R"({"type":"array","minItems":3,"maxItems":2})"), "\"minItems\" is above \"maxItems\"");
+  expect_error(json::parse(R"({"type":"object","additionalProperties":1})"),
+               "\"additionalProperties\" must be");
+  expect_error(json::parse(R"({"type":"array","minItems":-1})"),
+               "\"minItems\" must be a non-negative integer");
+  expect_error(json::parse(R"({"type":"array","minItems":3,"maxItems":2})"),
+               "\"minItems\" is above \"maxItems\"");
   expect_error(json::parse(R"({"type":"array","items":[{}]})"), "tuple form");
   expect_error(json::parse(R"({"enum":[]})"), "\"enum\" must be a non-empty array");
-  expect_error(json::parse(R"({"type":"string","enum":[1]})"), "no value of \"enum\"/\"const\" has the \"type\"");
+  expect_error(json::parse(R"({"type":"string","enum":[1]})"),
+               "no value of \"enum\"/\"const\" has the \"type\"");
   expect_error(json::parse(R"({"anyOf":{}})"), "\"anyOf\" must be a non-empty array");
-  expect_error(json::parse(R"({"anyOf":[{"type":"object"},{"type":"object","properties":{"a":{}}}]})"),
-               "schema: alternatives overlap");
-  expect_error(json::parse(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})"), "alternatives overlap");
-  expect_error(json::parse(R"({"$ref":"#/$defs/x"})"), "\"$ref\" \"#/$defs/x\" names no definition");
+  expect_error(
+      json::parse(R"({"anyOf":[{"type":"object"},{"type":"object","properties":{"a":{}}}]})"),
+      "schema: alternatives overlap");
+  expect_error(json::parse(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})"),
+               "alternatives overlap");
+  expect_error(json::parse(R"({"$ref":"#/$defs/x"})"),
+               "\"$ref\" \"#/$defs/x\" names no definition");
   expect_error(json::parse(R"({"$ref":"http://x"})"), "only \"#/$defs/NAME\"");
   expect_error(json::parse(R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"), "cycle");
   expect_error(json::parse(R"({"type":"string","$ref":"#/$defs/a"})"), "together with \"$ref\"");
@@ -704,7 +772,9 @@ TEST(JsonConstraint, AllowedTiming) {
     const int n = 200;
     auto t0 = std::chrono::steady_clock::now();
     for (int i = 0; i < n; ++i) m.allowed(mask.data());
-    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+    double us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+        n;
     int allowed = 0;
     for (uint8_t x : mask) allowed += x;
     std::cout << "[ timing ] allowed() " << what << ": " << us << " us/call, " << allowed << " of "
@@ -715,8 +785,13 @@ TEST(JsonConstraint, AllowedTiming) {
   time_at(obj, "{\"text\":\"Once upon", "json_object, inside a string");
   time_at(person, "{\"name\":\"Once upon", "schema, inside a string");
   time_at(obj, "{\"a\":1,", "json_object, at an object key");
+  time_at(obj, "{\"a\":1,\"", "json_object, inside an object key (start)");
+  time_at(obj, "{\"a\":1,\"ke", "json_object, inside an object key");
   time_at(person, "{", "schema, at an object key");
   time_at(person, "{\"na", "schema, inside an object key");
+  time_at(JsonGrammar::from_schema(kMixed), "{\"kind\":1,\"inner\":{\"v\":\"fixed\"},\"extra\":{\"",
+          "schema, a key that may be a property or any other");
+  time_at(obj, "{\"a\":", "json_object, at a value");
   time_at(obj, "{\"a\":12", "json_object, in a number");
   time_at(person, "{\"age\":12", "schema, in a number");
 }

@@ -748,10 +748,46 @@ TEST(JsonConstraint, SchemaErrorsNameKeywordAndPath) {
   }
 }
 
+// States with no completion are never entered: each case is a prefix and bytes refused after it.
+TEST(JsonConstraint, NoDeadEnds) {
+  struct Case {
+    const char* schema;
+    const char* prefix;
+    std::vector<std::string> refused, allowed;
+  };
+  const std::vector<Case> cases = {
+      {R"({"type":"object","properties":{"a":{"type":"integer"}}})",
+       "{\"a\":1",
+       {",", " ,"},
+       {"}"}},
+      {R"({"type":"object","properties":{"a":{},"ab":{}}})", "{\"a\":1,\"a", {"\""}, {"b"}},
+      {R"({"type":"object","properties":{"a":{}},"required":["a"]})", "{", {"}"}, {"\"a"}},
+      {R"({"type":"object","additionalProperties":false})", "{", {"\""}, {"}"}},
+      {R"({"type":"array","maxItems":1})", "[1", {",", " 2"}, {"]"}},
+      {R"({"type":"array","minItems":2})", "[1", {"]"}, {","}},
+      {R"({"type":"array","maxItems":0})", "[", {"1", "\""}, {"]"}},
+      {R"({"enum":["ab","ac"]})", "\"a", {"\"", "d"}, {"b", "c\""}},
+      {R"({"enum":[12,1.5]})", "1", {"3", "e"}, {"2", ".5"}},
+      {R"({"type":"integer"})", "1", {".", "e"}, {"0"}},
+      {R"({"type":"string"})", "\"\\u", {"g", "dc"}, {"d8", "0041"}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.schema) + " after " + c.prefix);
+    JsonMatcher m(JsonGrammar::from_schema(json::parse(c.schema)), demo().vocab);
+    ASSERT_TRUE(m.push_bytes(c.prefix));
+    for (const std::string& b : c.refused) EXPECT_FALSE(m.push_bytes(b)) << b;
+    for (const std::string& b : c.allowed) {
+      EXPECT_TRUE(m.push_bytes(b)) << b;
+      m.pop();
+    }
+  }
+}
+
 TEST(JsonConstraint, UnionsMergeWhatTheyCan) {
   // anyOf: number absorbs integer and numeric literals, a string absorbs string literals.
-  auto g = JsonGrammar::from_schema(json::parse(
-      R"({"anyOf":[{"type":"integer"},{"type":"number"},{"const":3},{"type":"string"},{"enum":["x",null]}]})"));
+  auto g = JsonGrammar::from_schema(
+      json::parse(R"({"anyOf":[{"type":"integer"},{"type":"number"},{"const":3},)"
+                  R"({"type":"string"},{"enum":["x",null]}]})"));
   expect_docs(g, {"1.5", "3", "\"x\"", "\"y\"", "null"}, {"true", "{}"});
   // oneOf: literals two alternatives share match none.
   auto o = JsonGrammar::from_schema(json::parse(R"({"oneOf":[{"enum":[1,2]},{"enum":[2,3]}]})"));

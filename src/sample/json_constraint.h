@@ -11,7 +11,7 @@
 //   * type: "object", "array", "string", "number", "integer", "boolean", "null", or a list of
 //     them (["string","null"]). No type: {} is any value; properties, required and
 //     additionalProperties imply "object"; items, minItems and maxItems imply "array".
-//   * object: properties (at most 64), required, additionalProperties (false, true or a schema).
+//   * object: properties, required, additionalProperties (false, true or a schema).
 //     additionalProperties absent means false when the schema lists properties (OpenAI strict
 //     mode) and true (any values) when it does not. A required name outside properties is an
 //     additional property that must appear (an error where additional properties are not allowed).
@@ -24,6 +24,7 @@
 //     merge; oneOf drops literals that two alternatives share. Any other overlap (two object
 //     schemas, say) throws.
 //   * $ref to "#/$defs/NAME" or "#/definitions/NAME" of the root schema, recursion included.
+//   * Subschemas nest at most 128 levels ($ref steps counted), objects list at most 64 keys.
 //   * Ignored annotations: title, description, default, examples, $schema, $id, $comment, $defs,
 //     definitions. Any other keyword (pattern, format, minLength, minimum, allOf, not,
 //     prefixItems, ...) throws Error naming it and the JSON-pointer path of its subschema.

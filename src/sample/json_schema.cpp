@@ -113,7 +113,18 @@ class Compiler {
     return any_object_;
   }
 
+  // Schemas come from requests: nesting is bounded so compiling (recursive) cannot overflow the
+  // stack.
   int32_t compile(const json& s, const std::string& path) {
+    if (depth_ >= kMaxSchemaDepth)
+      error(path, "the schema is nested deeper than ", kMaxSchemaDepth, " levels");
+    ++depth_;
+    int32_t node = compile_here(s, path);
+    --depth_;
+    return node;
+  }
+
+  int32_t compile_here(const json& s, const std::string& path) {
     if (s.is_boolean()) {
       if (s.get<bool>()) return any();
       error(path, "the schema false (no value) is not supported");
@@ -344,8 +355,8 @@ class Compiler {
   void set_first(int32_t node, uint8_t c, int32_t target, const std::string& path) {
     int32_t& slot = g_.nodes[size_t(node)].first[c];
     if (slot >= 0 && slot != target)
-      error(path, "alternatives overlap (two can start with byte ", int(c),
-            "); only alternatives told apart by their first byte are supported");
+      error(path, "alternatives overlap (two can start with '", char(c),
+            "'); only alternatives told apart by their first byte are supported");
     slot = target;
   }
   void concrete_first(int32_t i) {
@@ -469,6 +480,7 @@ class Compiler {
   std::map<std::string, int32_t> refs_;
   std::vector<uint8_t> state_;
   int32_t any_ = -1, any_object_ = -1;
+  int depth_ = 0;
 };
 
 }  // namespace

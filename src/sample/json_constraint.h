@@ -21,8 +21,9 @@
 //   * anyOf / oneOf: the alternatives must be told apart by their first byte ('{', '[', '"', a
 //     digit or '-', a literal's first byte). Under anyOf (and type lists) "number" absorbs
 //     "integer", "string"/"number"/"integer" absorb enum values of their type, and literal sets
-//     merge; oneOf drops literals that two alternatives share. Any other overlap (two object
-//     schemas, say) throws.
+//     merge; oneOf drops literals that two alternatives share, and its object and array
+//     alternatives need a "type" (without one, JSON Schema matches other types too). Any other
+//     overlap (two object schemas, say) throws.
 //   * $ref to "#/$defs/NAME" or "#/definitions/NAME" of the root schema, recursion included.
 //   * Subschemas nest at most 128 levels ($ref steps counted), objects list at most 64 keys.
 //   * Ignored annotations: title, description, default, examples, $schema, $id, $comment, $defs,

@@ -47,6 +47,7 @@ struct Node {
   // union / alias
   std::vector<int32_t> alts;
   bool one_of = false;
+  bool inferred = false;  // an object or array whose schema has no "type"
   int32_t target = -1;
   std::array<int32_t, 256> first;  // concrete node per first byte, -1: none
 };

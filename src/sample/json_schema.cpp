@@ -207,12 +207,10 @@ class Compiler {
         arr = arr || k == "items" || k == "minItems" || k == "maxItems";
       }
       if (obj && arr) error(path, "object and array keywords without a \"type\"");
-      if (obj)
-        types.push_back("object");
-      else if (arr)
-        types.push_back("array");
-      else
-        return any();
+      if (!obj && !arr) return any();
+      int32_t node = typed(obj ? "object" : "array", s, path);
+      g_.nodes[size_t(node)].inferred = true;
+      return node;
     }
     if (types.size() == 1) return typed(types[0], s, path);
     Node u = make(kUnion, path);
@@ -417,6 +415,12 @@ class Compiler {
       lits.emplace_back();
       for (int32_t c : concrete_nodes(a)) {
         const Node& cn = g_.nodes[size_t(c)];
+        // JSON Schema lets {"properties": ...} without a type match any non-object too, so such an
+        // alternative overlaps every other one: oneOf cannot hold.
+        if (one_of && cn.inferred)
+          error(cn.path,
+                "a \"oneOf\" alternative needs a \"type\" (without one it also "
+                "matches values of other types)");
         if (cn.kind == kLiteral)
           lits.back().insert(lits.back().end(), cn.values.begin(), cn.values.end());
         else if (std::find(general.begin(), general.end(), c) == general.end())

@@ -731,6 +731,8 @@ TEST(JsonConstraint, SchemaErrorsNameKeywordAndPath) {
   expect_error(
       json::parse(R"({"anyOf":[{"type":"object"},{"type":"object","properties":{"a":{}}}]})"),
       "schema: alternatives overlap (two can start with '{')");
+  expect_error(json::parse(R"({"oneOf":[{"type":"string"},{"properties":{"a":{}}}]})"),
+               "schema/oneOf/1: a \"oneOf\" alternative needs a \"type\"");
   expect_error(json::parse(R"({"oneOf":[{"type":"integer"},{"type":"number"}]})"),
                "alternatives overlap");
   expect_error(json::parse(R"({"$ref":"#/$defs/x"})"),

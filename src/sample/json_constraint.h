@@ -46,7 +46,9 @@
 //   refused when compiled), so a token is allowed iff its bytes step from the current state.
 // Cost: a mask walks the byte trie of the vocabulary from the current state, pruning subtrees;
 //   inside string text it copies a precomputed mask of plain tokens and walks only the others.
-//   Demo vocab (8192): about 2-4 us per allowed() call (tests/sample/test_json_constraint.cpp).
+//   Per allowed() call (tests/sample/test_json_constraint.cpp, AllowedTiming): demo vocab (8192)
+//   about 2-5 us anywhere; Qwen3's (151,669) about 110-130 us inside strings and keys, 5-30 us
+//   elsewhere.
 #pragma once
 
 #include <cstdint>

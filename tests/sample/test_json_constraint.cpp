@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <random>
@@ -24,9 +25,14 @@ struct Demo {
   std::unique_ptr<Tokenizer> tok;
   std::shared_ptr<const TokenVocab> vocab;
   std::vector<int32_t> eos;
+  // DSPARK_JSON_TOKENIZER=path/tokenizer.json runs the suite on another vocabulary (a large one,
+  // for timings); the default is the demo's.
   Demo() {
-    tok = Tokenizer::from_file(std::string(DSPARK_MODELS_DIR) + "/demo/tokenizer.json");
-    for (const char* name : {"<|endoftext|>", "<|im_end|>"})
+    const char* other = std::getenv("DSPARK_JSON_TOKENIZER");
+    tok = Tokenizer::from_file(other && *other
+                                   ? std::string(other)
+                                   : std::string(DSPARK_MODELS_DIR) + "/demo/tokenizer.json");
+    for (const char* name : {"<|endoftext|>", "<|im_end|>", "<|end_of_text|>", "<|eot_id|>"})
       if (auto id = tok->token_to_id(name)) eos.push_back(*id);
     vocab = TokenVocab::build(*tok, eos);
   }

@@ -2,49 +2,59 @@
 // prefix of an allowed JSON text. Standalone: a compiled grammar (JsonGrammar), the vocabulary as
 // bytes (TokenVocab) and one request's position (JsonMatcher). The caller turns the mask into a
 // per-request logit mask; drafting and verification apply the same mask, so speculative decoding
-// stays lossless.
+// stays lossless. Files: json_schema.cpp (the schema compiler), json_constraint.cpp (vocab trie and
+// matcher), json_grammar.h (internals both share).
 //
 // The allowed texts
 // - json_object (JsonGrammar::any_object): one JSON object, any keys, any values.
 // - json_schema (JsonGrammar::from_schema), this subset, nested arbitrarily:
-//   type: "object", "array", "string", "number", "integer", "boolean", "null", or a list of them
-//     (["string","null"]); no type: {} is any value; properties/required/additionalProperties
-//     imply "object", items/minItems/maxItems imply "array".
-//   object: properties (at most 64), required, additionalProperties (false, true or a schema).
-//     additionalProperties absent means false when the schema lists properties (OpenAI strict mode)
-//     and true (any values) when it does not. A required name outside properties is an additional
-//     property that must appear (an error when additional properties are not allowed).
-//   array: items (a schema, or true), minItems, maxItems.
-//   enum / const: any JSON values, written exactly as nlohmann::json::dump() writes them (compact,
-//     keys sorted, non-ASCII as UTF-8); with a type, values of other types are dropped.
-//   anyOf / oneOf: the alternatives must be told apart by their first byte ('{', '[', '"', a digit
-//   or
-//     '-', a literal's first byte). Exceptions: under anyOf (and type lists) "number" absorbs
-//     "integer", and a general type absorbs literals of its type; literal sets are merged. oneOf
-//     drops literals that two alternatives share. Anything else overlapping throws.
-//   $ref to "#/$defs/NAME" or "#/definitions/NAME" of the root schema, recursion included.
-//   Ignored annotations: title, description, default, examples, $schema, $id, $comment, $defs,
-//     definitions. Any other keyword throws Error naming it and the JSON-pointer path of its
-//     subschema.
-// Key order: any order; each key at most once; every required key before '}'. Property names match
-//   only when written exactly as dump() writes them (no \u escapes of plain characters); with
-//   additional properties allowed, other spellings are other keys.
-// Strings: any valid UTF-8 (checked byte by byte: overlongs, surrogates and bytes above U+10FFFF
-// are
-//   refused), no raw control characters, the JSON escapes; \u escapes of surrogates must pair.
-// Numbers: the JSON number grammar; "integer" has no fraction or exponent. Lengths are bounded so a
-//   model cannot run on forever and doubles stay finite: at most 19 integer digits, 19 fraction
-//   digits and 2 exponent digits.
-// Whitespace rule: JSON whitespace (space, \t, \n, \r) is allowed wherever JSON allows it (before
-// and
-//   after the document, around ':' and ',', after '{' '[' and before '}' ']'), at most
-//   max_whitespace (default 16) consecutive bytes at each place. After the document only that
-//   trailing whitespace and then an end-of-sequence token are allowed.
+//   * type: "object", "array", "string", "number", "integer", "boolean", "null", or a list of
+//     them (["string","null"]). No type: {} is any value; properties, required and
+//     additionalProperties imply "object"; items, minItems and maxItems imply "array".
+//   * object: properties, required, additionalProperties (false, true or a schema).
+//     additionalProperties absent means false when the schema lists properties (OpenAI strict
+//     mode) and true (any values) when it does not. A required name outside properties is an
+//     additional property that must appear (an error where additional properties are not allowed).
+//   * array: items (a schema, or true), minItems, maxItems.
+//   * enum / const: any JSON values, written exactly as nlohmann::json::dump() writes them
+//     (compact, keys sorted, non-ASCII as UTF-8); with a type, values of other types are dropped.
+//   * anyOf / oneOf: the alternatives must be told apart by their first byte ('{', '[', '"', a
+//     digit or '-', a literal's first byte). Under anyOf (and type lists) "number" absorbs
+//     "integer", "string"/"number"/"integer" absorb enum values of their type, and literal sets
+//     merge; oneOf drops literals that two alternatives share, and its object and array
+//     alternatives need a "type" (without one, JSON Schema matches other types too). Any other
+//     overlap (two object schemas, say) throws.
+//   * $ref to "#/$defs/NAME" or "#/definitions/NAME" of the root schema, recursion included.
+//   * Subschemas nest at most 128 levels ($ref steps counted), objects list at most 64 keys.
+//   * Ignored annotations: title, description, default, examples, $schema, $id, $comment, $defs,
+//     definitions. Any other keyword (pattern, format, minLength, minimum, allOf, not,
+//     prefixItems, ...) throws Error naming it and the JSON-pointer path of its subschema.
+// Key order: any order; each key at most once; every required key before '}'. Property names
+//   match only when written as dump() writes them (no \u escapes of plain characters); where
+//   additional properties are allowed, other spellings are other keys.
+// Strings: any valid UTF-8, checked byte by byte (overlongs, surrogates and code points above
+//   U+10FFFF are refused), no raw control characters, the JSON escapes; \u escapes of surrogates
+//   must pair. Tokens may split characters and escapes anywhere.
+// Numbers: the JSON number grammar; "integer" has no fraction or exponent. Lengths are bounded so
+//   a model cannot run on forever and doubles stay finite: at most 19 integer digits, 19 fraction
+//   digits and 2 exponent digits. A number at the top level is complete as soon as it could end.
+// Whitespace rule: JSON whitespace (space, \t, \n, \r) wherever JSON allows it (before and after
+//   the document, around ':' and ',', after '{' '[' and before '}' ']'), at most max_whitespace
+//   (default 16) consecutive bytes at each place. After the document only that trailing
+//   whitespace and then an end-of-sequence token are allowed. Nesting depth is not bounded.
+// Exactness: every state the matcher can reach has a completion (unsatisfiable schemas are
+//   refused when compiled), so a token is allowed iff its bytes step from the current state.
+// Cost: a mask walks the byte trie of the vocabulary from the current state, pruning subtrees;
+//   inside string text it copies a precomputed mask of plain tokens and walks only the others.
+//   Per allowed() call (tests/sample/test_json_constraint.cpp, AllowedTiming): demo vocab (8192)
+//   about 2-5 us anywhere; Qwen3's (151,669) about 110-130 us inside strings and keys, 5-30 us
+//   elsewhere.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -127,9 +137,10 @@ class JsonMatcher {
  public:
   JsonMatcher(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenVocab> vocab);
 
-  // Writes mask[0 .. vocab size): 1 where pushing the token keeps the output a prefix of an allowed
-  // text (one that some continuation completes), else 0; end-of-sequence ids: 1 iff complete().
-  // All zero after an end-of-sequence token was pushed. No allocation once warm.
+  // Writes mask[0 .. vocab->size()): 1 where pushing the token keeps the output a prefix of an
+  // allowed text (one that some continuation completes), else 0; end-of-sequence ids: 1 iff
+  // complete(). All zero after an end-of-sequence token was pushed. No allocation once warm.
+  // Ids at or beyond vocab->size() (a model's padding rows) are the caller's to mask off.
   void allowed(uint8_t* mask) const;
   bool allows(int32_t token) const;  // the same answer for one token
   // Advances by a token; false (state unchanged) when it is not allowed.

@@ -18,6 +18,7 @@ using nlohmann::json;
 constexpr uint32_t kNone = UINT32_MAX;
 constexpr uint32_t kOtherKey = UINT32_MAX;  // Frame::b after a key that is no property
 constexpr int kMaxProps = 64;
+constexpr int kMaxSchemaDepth = 128;  // subschemas nested in subschemas ($ref steps included)
 constexpr uint32_t kMaxIntDigits = 19, kMaxFracDigits = 19, kMaxExpDigits = 2;
 
 enum NodeKind : uint8_t { kObject, kArray, kString, kNumber, kInteger, kLiteral, kUnion, kAlias };
@@ -46,6 +47,7 @@ struct Node {
   // union / alias
   std::vector<int32_t> alts;
   bool one_of = false;
+  bool inferred = false;  // an object or array whose schema has no "type"
   int32_t target = -1;
   std::array<int32_t, 256> first;  // concrete node per first byte, -1: none
 };

@@ -113,7 +113,18 @@ class Compiler {
     return any_object_;
   }
 
+  // Schemas come from requests: nesting is bounded so compiling (recursive) cannot overflow the
+  // stack.
   int32_t compile(const json& s, const std::string& path) {
+    if (depth_ >= kMaxSchemaDepth)
+      error(path, "the schema is nested deeper than ", kMaxSchemaDepth, " levels");
+    ++depth_;
+    int32_t node = compile_here(s, path);
+    --depth_;
+    return node;
+  }
+
+  int32_t compile_here(const json& s, const std::string& path) {
     if (s.is_boolean()) {
       if (s.get<bool>()) return any();
       error(path, "the schema false (no value) is not supported");
@@ -196,12 +207,10 @@ class Compiler {
         arr = arr || k == "items" || k == "minItems" || k == "maxItems";
       }
       if (obj && arr) error(path, "object and array keywords without a \"type\"");
-      if (obj)
-        types.push_back("object");
-      else if (arr)
-        types.push_back("array");
-      else
-        return any();
+      if (!obj && !arr) return any();
+      int32_t node = typed(obj ? "object" : "array", s, path);
+      g_.nodes[size_t(node)].inferred = true;
+      return node;
     }
     if (types.size() == 1) return typed(types[0], s, path);
     Node u = make(kUnion, path);
@@ -344,8 +353,8 @@ class Compiler {
   void set_first(int32_t node, uint8_t c, int32_t target, const std::string& path) {
     int32_t& slot = g_.nodes[size_t(node)].first[c];
     if (slot >= 0 && slot != target)
-      error(path, "alternatives overlap (two can start with byte ", int(c),
-            "); only alternatives told apart by their first byte are supported");
+      error(path, "alternatives overlap (two can start with '", char(c),
+            "'); only alternatives told apart by their first byte are supported");
     slot = target;
   }
   void concrete_first(int32_t i) {
@@ -406,6 +415,12 @@ class Compiler {
       lits.emplace_back();
       for (int32_t c : concrete_nodes(a)) {
         const Node& cn = g_.nodes[size_t(c)];
+        // JSON Schema lets {"properties": ...} without a type match any non-object too, so such an
+        // alternative overlaps every other one: oneOf cannot hold.
+        if (one_of && cn.inferred)
+          error(cn.path,
+                "a \"oneOf\" alternative needs a \"type\" (without one it also "
+                "matches values of other types)");
         if (cn.kind == kLiteral)
           lits.back().insert(lits.back().end(), cn.values.begin(), cn.values.end());
         else if (std::find(general.begin(), general.end(), c) == general.end())
@@ -469,6 +484,7 @@ class Compiler {
   std::map<std::string, int32_t> refs_;
   std::vector<uint8_t> state_;
   int32_t any_ = -1, any_object_ = -1;
+  int depth_ = 0;
 };
 
 }  // namespace

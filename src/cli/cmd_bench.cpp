@@ -205,6 +205,7 @@ int bench_spec(int argc, char** argv) {
   add_length_flags(args, "128");
   add_sampling_flags(args, SamplingParams{});
   add_penalty_flags(args);
+  add_response_format_flag(args);
   add_runtime_flags(args);
   add_kv_cache_flag(args);
   if (!args.parse(argc, argv, "bench spec",
@@ -255,6 +256,7 @@ int bench_spec(int argc, char** argv) {
     fmt = detect_chat_format(*tok);
     for (int32_t id : chat_stop_tokens(*tok, *fmt)) gp.stop_token_ids.push_back(id);
   }
+  response_format_from_flags(args, *tok, gp.stop_token_ids, gp.logits_params);
   KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, kv_dtype, 1 << 16);
   Forward fwd(*model, kv);
 

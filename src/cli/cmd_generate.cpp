@@ -30,6 +30,7 @@ int cmd_generate(int argc, char** argv) {
   add_length_flags(args, "128");
   add_sampling_flags(args, SamplingParams{});
   add_penalty_flags(args);
+  add_response_format_flag(args);
   add_runtime_flags(args);
   add_kv_cache_flag(args);
   if (!args.parse(argc, argv, "generate", "Generates text from a prompt, streaming it to stdout."))
@@ -68,6 +69,7 @@ int cmd_generate(int argc, char** argv) {
     prompt = tok->encode(prompt_text, /*add_special_tokens=*/true);
   }
   if (prompt.empty()) fail(args.on("prompt") ? "flag --prompt" : "flag --prompt-file", ": the prompt encodes to no tokens");
+  response_format_from_flags(args, *tok, gp.stop_token_ids, gp.logits_params);
 
   KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, kv_dtype, kv_tokens);
   Forward fwd(*model, kv);

@@ -109,6 +109,25 @@ LogitsParams penalties_from_flags(const Args& args) {
   return p;
 }
 
+void add_response_format_flag(Args& args) {
+  args.flag("response-format",
+            "constrain the output as the API's response_format does: '{\"type\": \"json_object\"}' or\n"
+            "'{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {...}}}'");
+}
+
+void response_format_from_flags(const Args& args, const Tokenizer& tok, std::vector<int32_t> eos, LogitsParams& lp) {
+  const auto rf = args.opt("response-format");
+  if (!rf) return;
+  const nlohmann::json j = nlohmann::json::parse(*rf, nullptr, false);
+  if (j.is_discarded()) fail("flag --response-format: not valid JSON: ", *rf);
+  try {
+    lp.grammar = response_format_grammar(j);
+  } catch (const Error& e) {
+    fail("flag --response-format: ", e.what());
+  }
+  if (lp.grammar) lp.grammar_vocab = TokenVocab::build(tok, std::move(eos));
+}
+
 void add_length_flags(Args& args, const std::string& default_max_tokens) {
   args.flag("max-tokens", "tokens to generate at most per prompt (at least 1)", true, default_max_tokens)
       .flag("max-model-len", "prompt + output tokens at most (0: the model's max_position_embeddings)", true, "0");

@@ -135,6 +135,11 @@ struct HttpServer::Impl {
     } catch (const Error&) {
       // No chat template: /v1/chat/completions answers 400, completions still work.
     }
+    // A response_format text ends with an end-of-sequence id or the chat format's stop tokens.
+    std::vector<int32_t> ends = model.eos_token_ids;
+    if (model.chat_format)
+      for (int32_t id : chat_stop_tokens(engine.tokenizer(), *model.chat_format)) ends.push_back(id);
+    model.grammar_vocab = std::make_shared<GrammarVocab>(engine.tokenizer(), std::move(ends));
     started_at = std::chrono::duration_cast<std::chrono::seconds>(
                      std::chrono::system_clock::now().time_since_epoch())
                      .count();

@@ -44,7 +44,6 @@ const std::map<std::string, std::vector<json>>& neutral_values() {
       {"truncate_prompt_tokens", {}},
       {"allowed_token_ids", {}},
       {"bad_words", {json::array()}},
-      {"response_format", {json{{"type", "text"}}}},
       {"tools", {json::array()}},
       {"tool_choice", {"none", "auto"}},
       {"functions", {json::array()}},
@@ -79,7 +78,8 @@ FieldTable common_fields() {
         "stop_token_ids", "n", "stream", "stream_options", "ignore_eos", "return_token_ids",
         "request_id", "kv_transfer_params", "logprobs", "prompt_logprobs"})
     t[k] = Field::Handled;
-  for (const char* k : {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias"})
+  for (const char* k :
+       {"presence_penalty", "frequency_penalty", "repetition_penalty", "logit_bias", "response_format"})
     t[k] = Field::Handled;
   for (const char* k : {"user", "priority", "cache_salt", "vllm_xargs",
                         "spaces_between_special_tokens", "metadata", "store", "service_tier"})
@@ -92,7 +92,6 @@ FieldTable common_fields() {
                         "truncate_prompt_tokens",
                         "allowed_token_ids",
                         "bad_words",
-                        "response_format",
                         "skip_special_tokens",
                         "return_tokens_as_token_ids",
                         "logits_processors",
@@ -476,6 +475,14 @@ void parse_logprobs(const json& body, OpenAiRequest& r) {
   }
 }
 
+// response_format (response_format_grammar) with the served tokenizer's bytes.
+void parse_response_format(const json& body, const ServedModel& m, LogitsParams& lp) {
+  lp.grammar = response_format_grammar(field(body, "response_format"));
+  if (!lp.grammar) return;
+  if (!m.grammar_vocab) throw bad_request("response_format needs the tokenizer's bytes", "response_format");
+  lp.grammar_vocab = m.grammar_vocab->get();
+}
+
 // logit_bias and the penalties (their ranges are LogitsParams::validate's).
 void parse_logits_params(const json& body, const ServedModel& m, LogitsParams& lp) {
   lp.presence_penalty = float(get_number(body, "presence_penalty").value_or(0.0));
@@ -496,6 +503,7 @@ void parse_logits_params(const json& body, const ServedModel& m, LogitsParams& l
     }
   }
   lp.validate(m.vocab_size);
+  parse_response_format(body, m, lp);
 }
 
 // ... and last, the generation fields (max_tokens under its `max_names`), each then checked by
@@ -529,6 +537,11 @@ bool chat_add_special_tokens(const json& body) {
 }
 
 }  // namespace
+
+std::shared_ptr<const TokenVocab> GrammarVocab::get() const {
+  std::call_once(once_, [&] { vocab_ = TokenVocab::build(tok_, eos_); });
+  return vocab_;
+}
 
 json parse_json_body(const std::string& body) {
   if (!tokenizer_detail::is_valid_utf8(body))

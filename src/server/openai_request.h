@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -14,6 +16,19 @@
 
 namespace dspark {
 
+// The tokenizer's bytes for response_format's token masks, built on first use (thread-safe).
+class GrammarVocab {
+ public:
+  GrammarVocab(const Tokenizer& tok, std::vector<int32_t> eos) : tok_(tok), eos_(std::move(eos)) {}
+  std::shared_ptr<const TokenVocab> get() const;
+
+ private:
+  const Tokenizer& tok_;
+  std::vector<int32_t> eos_;
+  mutable std::once_flag once_;
+  mutable std::shared_ptr<const TokenVocab> vocab_;
+};
+
 // What parsing needs to know about the served model.
 struct ServedModel {
   std::string name;  // the served model name: a request's "model" must equal it
@@ -22,6 +37,7 @@ struct ServedModel {
   int max_model_len = 0;                  // prompt + output positions at most
   std::vector<int32_t> eos_token_ids;     // config.json's; stop ids unless ignore_eos
   std::optional<ChatFormat> chat_format;  // none: the tokenizer has no chat template
+  std::shared_ptr<GrammarVocab> grammar_vocab;  // null: response_format json is refused
 };
 
 enum class ApiKind { Completion, Chat };

@@ -109,10 +109,9 @@ int64_t Engine::kv_capacity_tokens() const {
   return int64_t(kv_->total_blocks()) * kKvBlock;
 }
 
-uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
+void Engine::check(const EngineRequest& req) const {
   constexpr ErrorKind kInvalid = ErrorKind::InvalidRequest;
-  if (!accepting_) fail_request(ErrorKind::Unavailable, "", "the server is shutting down");
-  GenerateParams& p = req.params;
+  const GenerateParams& p = req.params;
   p.validate();
   if (req.prompt.empty()) fail_request(kInvalid, "prompt", "prompt: the prompt has no tokens");
   check_token_ids(req.prompt, model_.config().vocab_size, "prompt");
@@ -129,6 +128,13 @@ uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
     fail_request(kInvalid, "kv_transfer_params",
                  "kv_transfer_params: this server exports no hidden states (start it with a "
                  "--kv-transfer-config)");
+}
+
+uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
+  if (!accepting_) fail_request(ErrorKind::Unavailable, "", "the server is shutting down");
+  check(req);
+  const int64_t n = int64_t(req.prompt.size());
+  const int limit = int(std::min<int64_t>(max_model_len_, kv_capacity_tokens()));
   auto s = std::make_unique<RequestState>(0, std::move(req), std::move(on_output), tok_);
   if (s->req.params.logits_params.any())
     s->processor = std::make_unique<LogitsProcessor>(s->req.params.logits_params, s->req.prompt,

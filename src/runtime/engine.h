@@ -56,6 +56,8 @@ class Engine {
   // the engine's names: "prompt", "max_tokens", "temperature", ...) set; a request that does not
   // fit now waits. Thread-safe. Returns a handle for abort().
   uint64_t submit(EngineRequest req, OutputFn on_output);
+  // submit()'s checks alone: throws the Error submit() would for a request it can never run.
+  void check(const EngineRequest& req) const;
   // The request ends with finish_reason "abort" in the next step; its KV blocks and drafter state
   // are freed then. Unknown or finished handles are ignored. Thread-safe.
   void abort(uint64_t handle);

@@ -87,27 +87,14 @@ std::string allow_header(const std::set<std::string>& methods) {
   return allow;
 }
 
-// One non-streaming request's outputs, gathered until it finishes.
-struct Collected {
-  std::string text;
-  std::vector<int32_t> ids;
-  ResponseLogprobs logprobs;
-  std::string finish_reason, error;
-  ojson stop_reason;
-  int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
-  bool add(const RequestOutput& o) {
-    text += o.text;
-    ids.insert(ids.end(), o.token_ids.begin(), o.token_ids.end());
-    logprobs.add(o);
-    prompt_tokens = o.prompt_tokens;
-    cached_tokens = o.cached_tokens;
-    completion_tokens = o.completion_tokens;
-    if (!o.finished) return false;
-    finish_reason = o.finish_reason;
-    stop_reason = stop_reason_value(o);
-    error = o.error;
-    return true;
-  }
+// A non-streamed response: its choices' outputs, gathered until every choice finishes.
+struct Gathered {
+  std::vector<ChoiceOutput> choices;
+  std::atomic<int> left;  // choices not finished
+  ResponseMeta meta;
+  HttpResponse head;
+  Gathered(ResponseMeta m, HttpResponse h)
+      : choices(size_t(m.num_choices())), left(m.num_choices()), meta(std::move(m)), head(std::move(h)) {}
 };
 
 }  // namespace
@@ -297,76 +284,92 @@ struct HttpServer::Impl {
     return id;
   }
 
-  // A completion: submitted to the engine, answered as it produces. The engine's outputs are
-  // formatted on the connection's strand, off the engine thread; a client that leaves aborts
-  // its request, which frees its KV blocks in the engine's next step.
+  // A completion: each choice submitted to the engine as its own request, answered as they
+  // produce. The engine's outputs are formatted on the connection's strand, off the engine
+  // thread; a client that leaves aborts every choice, which frees their KV blocks in the
+  // engine's next step.
   void generate(ApiKind kind, const HttpRequest& req, const std::shared_ptr<HttpExchange>& ex) {
     if (draining) throw error_for_status(503, req.path);
     const json j = parse_json_body(req.body);
     OpenAiRequest r =
         kind == ApiKind::Chat ? parse_chat_request(j, model) : parse_completion_request(j, model);
     const std::string rid = request_id(req, r.request_id);
-    r.engine.request_id = rid;
     if (r.export_hidden && !opt.exports)
       throw bad_request(
           "kv_transfer_params: this server exports no hidden states (start it with "
           "--kv-transfer-config)",
           "kv_transfer_params");
-    encode_prompt(r, model);  // every field is valid: only now is the prompt tokenized
-    ResponseMeta meta =
-        make_response_meta(kind, rid, model.name, r.return_token_ids,
-                           r.return_token_ids ? r.engine.prompt : std::vector<int32_t>{});
-    meta.logprobs = r.logprobs;
-    meta.prompt_logprobs = r.prompt_logprobs;
-    meta.echo = r.echo;
-    meta.tok = model.tok;
-    if (r.echo || r.prompt_logprobs >= 0) meta.prompt = r.engine.prompt;
-    if (r.echo)
-      meta.echo_text = r.prompt_text ? *r.prompt_text : model.tok->decode(r.engine.prompt);
-    if (opt.exports && opt.exports->wants(r.export_hidden)) {
-      // Asked for, or every request under extract_hidden_states (Speculators' trainer sends no
-      // kv_transfer_params and needs the handle): the prompt, and the output when asked for.
-      // Sampled live traffic (export_fraction) keeps the whole exchange, and no handle.
-      const bool asked = r.export_hidden || opt.exports->exports_all();
-      r.engine.export_hidden = true;
-      r.engine.export_output_tokens = asked ? r.include_output_tokens : true;
-      r.engine.export_handle = opt.exports->new_handle(rid);
-      if (asked) meta.kv_transfer_params = {{"handle", r.engine.export_handle}};
+    const int total = r.num_choices();
+    if (opt.exports && opt.exports->exports_all() && total > 1)
+      throw bad_request(
+          "this server exports every request's hidden states (extract_hidden_states): one choice "
+          "per request (n 1 and a single prompt)",
+          r.n > 1 ? "n" : "prompt");
+    encode_prompt(r, model);  // every field is valid: only now are the prompts tokenized
+    ResponseMeta meta = make_response_meta(r, rid, model.name, *model.tok);
+    std::vector<EngineRequest> reqs;
+    for (int i = 0; i < total; ++i) {
+      EngineRequest e = choice_request(r, i, rid);
+      if (opt.exports && opt.exports->wants(r.export_hidden)) {
+        // Asked for, or every request under extract_hidden_states (Speculators' trainer sends no
+        // kv_transfer_params and needs the handle): the prompt, and the output when asked for.
+        // Sampled live traffic (export_fraction, each choice drawn) keeps the whole exchange,
+        // and no handle.
+        const bool asked = r.export_hidden || opt.exports->exports_all();
+        e.export_hidden = true;
+        e.export_output_tokens = asked ? r.include_output_tokens : true;
+        e.export_handle = opt.exports->new_handle(e.request_id);
+        if (asked) meta.kv_transfer_params = {{"handle", e.export_handle}};
+      }
+      // Every choice is checked before any is submitted, so a refusal leaves nothing running.
+      try {
+        engine.check(e);
+      } catch (const Error& err) {
+        throw api_error(err, request_field(err.param(), r));
+      }
+      reqs.push_back(std::move(e));
     }
 
     HttpResponse head;
     if (!req.has_header("x-request-id")) head.set_header("x-request-id", rid);
-    OutputFn on_output;
+    std::function<OutputFn(int)> on_output;
     if (r.stream) {
       auto fmt = std::make_shared<StreamFormatter>(std::move(meta), r.include_usage);
-      on_output = [ex, fmt](RequestOutput&& o) {
-        ex->post([ex, fmt, o = std::move(o)] {
-          std::string events = fmt->on_output(o);
-          if (!events.empty()) ex->write(std::move(events));
-          if (fmt->finished()) ex->finish();
-        });
+      on_output = [ex, fmt](int i) -> OutputFn {
+        return [ex, fmt, i](RequestOutput&& o) {
+          ex->post([ex, fmt, i, o = std::move(o)] {
+            std::string events = fmt->on_output(i, o);
+            if (!events.empty()) ex->write(std::move(events));
+            if (fmt->finished()) ex->finish();
+          });
+        };
       };
     } else {
-      auto got = std::make_shared<Collected>();
-      auto done = std::make_shared<const std::pair<ResponseMeta, HttpResponse>>(std::move(meta),
-                                                                                head);
-      on_output = [ex, got, done](RequestOutput&& o) {
-        if (!got->add(o)) return;
-        // Finished: the response is built on the connection's strand, off the engine thread.
-        ex->post([ex, got, done] {
-          ex->reply(finished_response(*got, done->first, done->second));
-        });
+      auto g = std::make_shared<Gathered>(std::move(meta), head);
+      on_output = [ex, g](int i) -> OutputFn {
+        return [ex, g, i](RequestOutput&& o) {
+          if (!g->choices[size_t(i)].add(o, true)) return;
+          if (g->left.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+          // Every choice finished: the response is built on the connection's strand, off the
+          // engine thread.
+          ex->post([ex, g] { ex->reply(finished_response(*g)); });
+        };
       };
     }
-    uint64_t handle = 0;
+    auto handles = std::make_shared<std::vector<uint64_t>>();
     try {
-      handle = engine.submit(std::move(r.engine), std::move(on_output));
+      for (int i = 0; i < total; ++i)
+        handles->push_back(engine.submit(std::move(reqs[size_t(i)]), on_output(i)));
     } catch (const Error& e) {
+      // Only a stopping engine refuses a checked request: the choices already in it end too.
+      for (uint64_t h : *handles) engine.abort(h);
       if (e.kind() == ErrorKind::Unavailable || draining || !engine.accepting())
         throw error_for_status(503, req.path);
       throw api_error(e, request_field(e.param(), r));
     }
-    ex->on_gone([this, handle] { engine.abort(handle); });
+    ex->on_gone([this, handles] {
+      for (uint64_t h : *handles) engine.abort(h);
+    });
     if (r.stream) {
       head.content_type = "text/event-stream";
       head.set_header("Cache-Control", "no-cache");
@@ -374,26 +377,26 @@ struct HttpServer::Impl {
     }
   }
 
-  static HttpResponse finished_response(const Collected& c, const ResponseMeta& meta,
-                                        const HttpResponse& head) {
+  static HttpResponse finished_response(const Gathered& g) {
     HttpResponse res;
-    if (c.finish_reason == "abort") {
+    const auto aborted = std::find_if(g.choices.begin(), g.choices.end(),
+                                      [](const ChoiceOutput& c) { return c.finish_reason == "abort"; });
+    if (aborted != g.choices.end()) {
       // Only the engine aborts a request whose client is still there: it is stopping, or a
       // step failed.
-      if (c.error.rfind("internal error", 0) == 0)
-        res = error_response(ApiError(500, "server_error", c.error, "", "internal_error"));
+      const std::string& error = aborted->error;
+      if (error.rfind("internal error", 0) == 0)
+        res = error_response(ApiError(500, "server_error", error, "", "internal_error"));
       else
         res = error_response(ApiError(
             503, "service_unavailable_error",
             "the request was aborted: " +
-                (c.error.empty() ? std::string("the server is shutting down") : c.error),
+                (error.empty() ? std::string("the server is shutting down") : error),
             "", "request_aborted"));
     } else {
-      res = json_response(completion_response(meta, c.text, c.ids, c.logprobs, c.finish_reason,
-                                              c.stop_reason, c.prompt_tokens, c.completion_tokens,
-                                              c.cached_tokens));
+      res = json_response(completion_response(g.meta, g.choices));
     }
-    for (const auto& [k, v] : head.headers) res.set_header(k, v);
+    for (const auto& [k, v] : g.head.headers) res.set_header(k, v);
     return res;
   }
 

@@ -259,7 +259,7 @@ bool all_integers(const json& a) {
 // Sampling, stop conditions, n and streaming: the fields both generation endpoints share, read
 // (their values' ranges are GenerateParams::validate's, checked once every field is read).
 void parse_common(const json& body, const ServedModel& m, OpenAiRequest& r) {
-  GenerateParams& p = r.engine.params;
+  GenerateParams& p = r.params;
   SamplingParams& s = p.sampling;
   s.temperature = float(get_number(body, "temperature").value_or(1.0));
   s.top_p = float(get_number(body, "top_p").value_or(1.0));
@@ -268,13 +268,13 @@ void parse_common(const json& body, const ServedModel& m, OpenAiRequest& r) {
   s.top_k = top_k == -1 ? 0 : int(top_k);
   s.min_p = float(get_number(body, "min_p").value_or(0.0));
   if (auto seed = get_integer(body, "seed", std::numeric_limits<int64_t>::min(),
-                              std::numeric_limits<int64_t>::max()))
+                              std::numeric_limits<int64_t>::max())) {
     s.seed = uint64_t(*seed);
-  else
+    r.seeded = true;
+  } else {
     s.seed = random_seed();  // OpenAI: no seed, no reproducibility promise
-
-  if (auto n = get_integer(body, "n", 1, kInt32Max); n && *n != 1)
-    throw bad_request("n=" + std::to_string(*n) + " is not supported: one choice per request", "n");
+  }
+  r.n = int(get_integer(body, "n", 1, kMaxChoices).value_or(1));
 
   const json& stop = field(body, "stop");
   if (stop.is_string()) {
@@ -343,7 +343,7 @@ void parse_common(const json& body, const ServedModel& m, OpenAiRequest& r) {
 // prompt plus max_tokens over the context.
 void parse_max_tokens(const json& body, const std::vector<const char*>& names, OpenAiRequest& r) {
   r.max_tokens_param = names.front();
-  r.engine.params.max_tokens = kAsManyAsFit;
+  r.params.max_tokens = kAsManyAsFit;
   for (const char* name : names) {
     if (auto v = get_integer(body, name, kInt32Min, kInt32Max)) {
       if (*v == 0 && !r.echo && r.kind == ApiKind::Completion)
@@ -352,7 +352,7 @@ void parse_max_tokens(const json& body, const std::vector<const char*>& names, O
                               "it must be at least 1",
                           name);
       if (*v != 0 || !r.echo) check_max_tokens(*v, name);
-      r.engine.params.max_tokens = int(*v);
+      r.params.max_tokens = int(*v);
       r.max_tokens_param = name;
       return;
     }
@@ -514,7 +514,11 @@ void parse_generation(const json& body, const ServedModel& m,
   parse_logprobs(body, r);
   parse_logits_params(body, m, r.engine.params.logits_params);
   parse_max_tokens(body, max_names, r);
-  GenerateParams& p = r.engine.params;
+  if (r.export_hidden && r.num_choices() > 1)
+    throw bad_request(
+        "'kv_transfer_params' (a hidden-state export) needs one choice: n 1 and a single prompt",
+        "kv_transfer_params");
+  GenerateParams& p = r.params;
   p.logprobs = r.logprobs;
   // The engine scores the prompt for prompt_logprobs, for echo with logprobs (vLLM), and to end
   // an echo of max_tokens 0.
@@ -534,6 +538,38 @@ std::string chat_text(const json& body, const ServedModel& m) {
 
 bool chat_add_special_tokens(const json& body) {
   return get_bool(body, "add_special_tokens").value_or(false);
+}
+
+// A completion's prompt: a string, an array of token ids, or a list of prompts (all strings, or
+// all arrays of token ids).
+std::vector<PromptInput> completion_prompts(const json& prompt, const ServedModel& m) {
+  if (prompt.is_null()) throw bad_request("'prompt' is required", "prompt");
+  if (prompt.is_string()) return {{prompt.get<std::string>(), {}}};
+  if (!prompt.is_array())
+    wrong_type("prompt", "a string, an array of token ids, or an array of prompts", prompt);
+  if (prompt.empty()) throw bad_request("'prompt' must not be empty", "prompt");
+  if (all_integers(prompt)) return {{std::nullopt, token_ids(prompt, "prompt", m)}};
+  std::vector<PromptInput> out;
+  const bool strings = prompt[0].is_string();
+  for (size_t i = 0; i < prompt.size(); ++i) {
+    const json& p = prompt[i];
+    const std::string where = "prompt[" + std::to_string(i) + "]";
+    if (strings && !p.is_string())
+      throw bad_request("'prompt' mixes strings and token-id arrays (or holds " +
+                            std::string(type_name(p)) + " at " + where + "): give one kind",
+                        "prompt");
+    if (strings) {
+      out.push_back({p.get<std::string>(), {}});
+      continue;
+    }
+    if (!p.is_array() || !all_integers(p))
+      throw bad_request("'prompt' must be a string, an array of token ids, or an array of "
+                            "strings or of token-id arrays; " + where + " is " + type_name(p),
+                        "prompt");
+    if (p.empty()) throw bad_request("'" + where + "' must not be empty", "prompt");
+    out.push_back({std::nullopt, token_ids(p, where, m)});
+  }
+  return out;
 }
 
 }  // namespace
@@ -567,52 +603,51 @@ json parse_json_body(const std::string& body) {
 
 OpenAiRequest parse_completion_request(const json& body, const ServedModel& m) {
   OpenAiRequest r = new_request(ApiKind::Completion, body, completion_fields(), m);
-  const json& prompt = field(body, "prompt");
   r.add_special_tokens = get_bool(body, "add_special_tokens").value_or(true);
-  if (prompt.is_string()) {
-    r.prompt_text = prompt.get<std::string>();
-  } else if (prompt.is_array()) {
-    // A token-id list, or a batch of one prompt (a string or a token-id list).
-    if (prompt.empty()) throw bad_request("'prompt' must not be empty", "prompt");
-    if (all_integers(prompt)) {
-      r.engine.prompt = token_ids(prompt, "prompt", m);
-    } else if (prompt.size() > 1) {
-      throw bad_request("a batch of " + std::to_string(prompt.size()) +
-                            " prompts is not supported: one per request",
-                        "prompt");
-    } else if (prompt[0].is_string()) {
-      r.prompt_text = prompt[0].get<std::string>();
-    } else if (prompt[0].is_array() && all_integers(prompt[0])) {
-      r.engine.prompt = token_ids(prompt[0], "prompt[0]", m);
-    } else {
-      wrong_type("prompt", "a string, an array of token ids, or an array of one of them", prompt);
-    }
-  } else if (prompt.is_null()) {
-    throw bad_request("'prompt' is required", "prompt");
-  } else {
-    wrong_type("prompt", "a string or an array of token ids", prompt);
-  }
+  r.prompts = completion_prompts(field(body, "prompt"), m);
   parse_generation(body, m, {"max_tokens"}, r);
   return r;
 }
 
 OpenAiRequest parse_chat_request(const json& body, const ServedModel& m) {
   OpenAiRequest r = new_request(ApiKind::Chat, body, chat_fields(), m);
-  r.prompt_text = chat_text(body, m);
+  r.prompts.push_back({chat_text(body, m), {}});
   r.add_special_tokens = chat_add_special_tokens(body);
   parse_generation(body, m, {"max_completion_tokens", "max_tokens"}, r);
   // The chat template's end-of-turn tokens end the answer (unless the client ignores EOS).
   if (!get_bool(body, "ignore_eos").value_or(false))
     for (int32_t id : chat_stop_tokens(*m.tok, chat_format(m)))
-      r.engine.params.stop_token_ids.push_back(id);
+      r.params.stop_token_ids.push_back(id);
   return r;
 }
 
 void encode_prompt(OpenAiRequest& r, const ServedModel& m) {
-  const char* param = r.kind == ApiKind::Chat ? "messages" : "prompt";
-  if (r.prompt_text) r.engine.prompt = encode_text(m, *r.prompt_text, r.add_special_tokens, param);
-  if (r.engine.prompt.empty())
-    throw bad_request(std::string("'") + param + "' encodes to no tokens", param);
+  const std::string param = r.kind == ApiKind::Chat ? "messages" : "prompt";
+  for (size_t i = 0; i < r.prompts.size(); ++i) {
+    PromptInput& p = r.prompts[i];
+    const std::string where = r.prompts.size() > 1 ? param + "[" + std::to_string(i) + "]" : param;
+    if (p.text) p.ids = encode_text(m, *p.text, r.add_special_tokens, param.c_str());
+    if (p.ids.empty()) throw bad_request("'" + where + "' encodes to no tokens", param);
+  }
+}
+
+uint64_t choice_seed(uint64_t seed, int choice) {
+  if (choice == 0) return seed;
+  uint64_t z = seed + uint64_t(choice) + 0x9e3779b97f4a7c15ull;  // splitmix64's step and mix
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+EngineRequest choice_request(const OpenAiRequest& r, int index, const std::string& rid) {
+  const int choice = index % r.n;
+  EngineRequest e;
+  e.request_id = r.num_choices() == 1 ? rid : rid + "-" + std::to_string(index);
+  e.prompt = r.prompts[size_t(index / r.n)].ids;
+  e.params = r.params;
+  if (choice > 0)
+    e.params.sampling.seed = r.seeded ? choice_seed(r.params.sampling.seed, choice) : random_seed();
+  return e;
 }
 
 TokenizeRequest parse_tokenize_request(const json& body, const ServedModel& m) {

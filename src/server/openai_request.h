@@ -42,9 +42,26 @@ struct ServedModel {
 
 enum class ApiKind { Completion, Chat };
 
+// OpenAI's largest n.
+constexpr int kMaxChoices = 128;
+
+// One prompt of a request: its text (tokenized by encode_prompt once every field is valid: a
+// completion's text, or a chat's messages in the chat template) or, without text, the token ids
+// it came as.
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> ids;  // after encode_prompt: the prompt's token ids
+};
+
 struct OpenAiRequest {
   ApiKind kind = ApiKind::Completion;
-  EngineRequest engine;  // prompt ids and params; request_id is the caller's to set
+  // What every choice runs with; each choice's seed is choice_seed's (choice_request).
+  GenerateParams params;
+  // A completion's prompts (a list gives several), a chat's one. Each prompt has n choices, each
+  // its own engine request; choice index = prompt index * n + choice index within the prompt.
+  std::vector<PromptInput> prompts;
+  int n = 1;
+  bool seeded = false;  // "seed" given (else params.sampling.seed is a random one)
   bool stream = false;
   bool include_usage = false;     // stream_options.include_usage
   bool return_token_ids = false;  // vLLM: prompt_token_ids and token_ids in the response
@@ -57,11 +74,20 @@ struct OpenAiRequest {
   int logprobs = -1;
   int prompt_logprobs = -1;  // vLLM's prompt_logprobs: -1 none, else the top entries per token
   bool echo = false;         // completions: the prompt comes first in the text (and its logprobs)
-  // The prompt's text, tokenized by encode_prompt once every field is valid: a completion's text,
-  // or a chat's messages in the chat template. None: the prompt came as token ids (engine.prompt).
-  std::optional<std::string> prompt_text;
   bool add_special_tokens = false;
+
+  int num_choices() const { return int(prompts.size()) * n; }
 };
+
+// The seed of choice `choice` (within its prompt) of a request seeded with `seed`: the seed itself
+// for choice 0 (so n = 1 is what it always was), else splitmix64(seed + choice).
+uint64_t choice_seed(uint64_t seed, int choice);
+
+// The engine request of the request's choice `index` (prompt index * n + choice): its prompt
+// (encode_prompt first), the parameters, and its seed: choice_seed of the request's seed, or
+// without one a random seed per choice (choice 0 keeps the one parsing drew). Its request_id is
+// `rid` for a request of one choice, else "<rid>-<index>".
+EngineRequest choice_request(const OpenAiRequest& r, int index, const std::string& rid);
 
 // The body as JSON: refuses bad UTF-8, malformed JSON, nesting deeper than 64 and a non-object.
 nlohmann::json parse_json_body(const std::string& body);
@@ -70,7 +96,7 @@ nlohmann::json parse_json_body(const std::string& body);
 // one rule, GenerateParams::validate for the generation fields), the prompt not yet tokenized.
 OpenAiRequest parse_completion_request(const nlohmann::json& body, const ServedModel& m);
 OpenAiRequest parse_chat_request(const nlohmann::json& body, const ServedModel& m);
-// Tokenizes the request's prompt (the last step, when nothing else is left to refuse).
+// Tokenizes the request's prompts (the last step, when nothing else is left to refuse).
 void encode_prompt(OpenAiRequest& r, const ServedModel& m);
 
 // POST /tokenize ({"prompt": str} or {"messages": [...]}) and POST /detokenize ({"tokens": [...]}).

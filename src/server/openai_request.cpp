@@ -512,7 +512,7 @@ void parse_generation(const json& body, const ServedModel& m,
                       const std::vector<const char*>& max_names, OpenAiRequest& r) {
   parse_common(body, m, r);
   parse_logprobs(body, r);
-  parse_logits_params(body, m, r.engine.params.logits_params);
+  parse_logits_params(body, m, r.params.logits_params);
   parse_max_tokens(body, max_names, r);
   if (r.export_hidden && r.num_choices() > 1)
     throw bad_request(

@@ -76,9 +76,15 @@ TEST(EngineConstrained, JsonOutputIsLosslessWithDSpark) {
         EXPECT_TRUE(j.contains("answer") && j["answer"].is_number_integer()) << want.text[i];
         for (const auto& [k, v] : j.items()) {
           EXPECT_TRUE(k == "answer" || k == "unit" || k == "steps" || k == "sure") << want.text[i];
-          if (k == "sure") EXPECT_TRUE(v.is_boolean()) << want.text[i];
-          if (k == "unit") EXPECT_TRUE(v == "apples" || v == "km" || v == "dollars") << want.text[i];
-          if (k == "steps") EXPECT_TRUE(v.is_array() && v.size() <= 3) << want.text[i];
+          if (k == "sure") {
+            EXPECT_TRUE(v.is_boolean()) << want.text[i];
+          }
+          if (k == "unit") {
+            EXPECT_TRUE(v == "apples" || v == "km" || v == "dollars") << want.text[i];
+          }
+          if (k == "steps") {
+            EXPECT_TRUE(v.is_array() && v.size() <= 3) << want.text[i];
+          }
         }
       }
       ++parsed;

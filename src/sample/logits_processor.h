@@ -70,6 +70,7 @@ class LogitsProcessor {
   LogitsParams p_;
   int vocab_;
   std::vector<int32_t> history_;       // every pushed token, in order
+  bool counts_ = false;                // the penalties need count_ and distinct_
   std::vector<int32_t> count_;         // [vocab] occurrences in history_
   std::vector<int32_t> distinct_;      // history_'s distinct tokens, in first-push order
   std::vector<uint8_t> in_prompt_;     // [vocab] (with a repetition penalty)

@@ -159,7 +159,10 @@ await run(t, async (start) => {
   // before any of them has committed a block), then the same request again.
   let doc = "";
   for (let i = 0; i < 6; i++) doc += `Line ${i}: the store sells ${3 + i} apples for ${2 * i + 1} dollars. `;
-  const m0 = await getMetrics(server);
+  // The counters move when the engine retires a request, just after its last output: poll for
+  // an idle engine before the baseline, and for the counts after.
+  const idle = (m) => metric(m, "vllm:num_requests_running", lab) === 0 && metric(m, "vllm:num_requests_waiting", lab) === 0;
+  const m0 = (await pollMetrics(server, idle, { timeoutMs: 10000 })).m;
   const first = await client.completions.create({ model: NAME, prompt: doc, n: 4, max_tokens: 8, temperature: 0 });
   const second = await client.completions.create({ model: NAME, prompt: doc, n: 4, max_tokens: 8, temperature: 0 });
   const m1 = await getMetrics(server);
@@ -172,7 +175,6 @@ await run(t, async (start) => {
   t.equal("shared prompt again: every whole block below the last token is cached", cached(second.usage), Math.floor((pt - 1) / BLOCK) * BLOCK);
   t.equal("vllm:prefix_cache_queries_total counts every choice's prompt", metric(m1, "vllm:prefix_cache_queries_total", lab) -
     metric(m0, "vllm:prefix_cache_queries_total", lab), 8 * pt);
-  // The counters move when the engine retires a request, just after its last output: poll.
   const done = (m) => ["stop", "length"].map((f) => metric(m, "vllm:request_success_total", { ...lab, finished_reason: f }) || 0);
   const d0 = done(m0);
   const counted = await pollMetrics(server, (m) => sum(done(m)) - sum(d0) === 8, { timeoutMs: 10000 });

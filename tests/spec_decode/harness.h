@@ -95,6 +95,27 @@ inline SpecConfig config_for(const std::string& kind, const std::string& dir, in
 }
 
 
+// Target features of `prompt` fed to the drafter, then one proposal of k drafts after `anchor`
+// (sampled from q when `probabilistic` and sp is not greedy), with `proc` when given.
+inline Draft draft_once(Harness& h, Drafter& d, const std::vector<int32_t>& prompt, int32_t anchor, int k,
+                        bool probabilistic, const SamplingParams& sp, LogitsProcessor* proc = nullptr) {
+  const int seq = h.kv->create_sequence(), dseq = d.begin();
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int(i), seq, true);
+  ForwardRequest req;
+  req.tap_layers = d.target_layers();
+  req.logits = false;
+  const ForwardOutput& out = h.fwd->run(b, req);
+  d.extend(dseq, prompt, 0, TargetFeatures{out.taps, out.n_out, out.n_taps * out.hidden});
+  Rng rng(5);
+  DraftSampling ds{probabilistic, sp, &rng, proc};
+  Draft draft;
+  d.propose(dseq, anchor, int(prompt.size()), k, ds, draft);
+  d.end(dseq);
+  h.kv->free_sequence(seq);
+  return draft;
+}
+
 inline ChiSquare sampled_fit(Harness& h, Drafter& d, const SpecConfig& sc, VerifyLengthPolicy& policy, const SamplingParams& sp,
                       const std::vector<double>& exact, int n_tokens, int runs, SpecMetrics* metrics = nullptr,
                       const LogitsParams& lp = LogitsParams{}) {

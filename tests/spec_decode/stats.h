@@ -73,33 +73,47 @@ inline ChiSquare chi_square(const std::vector<int64_t>& counts, const std::vecto
   return r;
 }
 
+// Processes a prefix's logits row in place before sampling: `output` is the tokens after the
+// prompt (exact_joint's reference for the logits processors).
+using ProcessLogits = std::function<void(float* logits, const std::vector<int32_t>& output)>;
+
 // The target's exact joint distribution of the first n tokens after `prompt` under `sp`
-// (vocab^n cells, in row-major token order), by prefilling every prefix.
+// (vocab^n cells, in row-major token order), by prefilling every prefix; each prefix's logits
+// go through `process` first when given.
 inline std::vector<double> exact_joint(const Model& target, const std::vector<int32_t>& prompt, const SamplingParams& sp,
-                                       int n, DType kv_dtype = DType::F32) {
+                                       int n, DType kv_dtype = DType::F32, const ProcessLogits& process = nullptr) {
   const ModelConfig& c = target.config();
   KvCache kv(c.num_layers, c.num_kv_heads, c.head_dim, kv_dtype, 1 << 12);
   Forward fwd(target, kv);
   Sampler sampler;
-  std::vector<float> p(size_t(c.vocab_size));
+  std::vector<float> logits(size_t(c.vocab_size)), p(size_t(c.vocab_size));
   std::vector<double> out;
-  std::function<void(std::vector<int32_t>&, double, int)> rec = [&](std::vector<int32_t>& ctx, double mass, int depth) {
+  std::vector<int32_t> output;
+  std::function<void(double, int)> rec = [&](double mass, int depth) {
     if (depth == n) {
       out.push_back(mass);
       return;
     }
+    std::vector<int32_t> ctx = prompt;
+    ctx.insert(ctx.end(), output.begin(), output.end());
     const int seq = kv.create_sequence();
-    sampler.dense(prefill(fwd, seq, ctx, 512), c.vocab_size, sp, p.data());
+    const float* row = prefill(fwd, seq, ctx, 512);
+    std::copy(row, row + c.vocab_size, logits.begin());
     kv.free_sequence(seq);
+    if (process) process(logits.data(), output);
+    sampler.dense(logits.data(), c.vocab_size, sp, p.data());
     const std::vector<float> probs = p;
     for (int v = 0; v < c.vocab_size; ++v) {
-      ctx.push_back(v);
-      rec(ctx, mass * probs[size_t(v)], depth + 1);
-      ctx.pop_back();
+      if (probs[size_t(v)] == 0.f) {  // never sampled: every cell under it holds 0
+        out.insert(out.end(), size_t(std::pow(double(c.vocab_size), n - depth - 1)), 0.0);
+        continue;
+      }
+      output.push_back(v);
+      rec(mass * probs[size_t(v)], depth + 1);
+      output.pop_back();
     }
   };
-  std::vector<int32_t> ctx = prompt;
-  rec(ctx, 1.0, 0);
+  rec(1.0, 0);
   return out;
 }
 

@@ -241,25 +241,12 @@ TEST(DraftVocab, ChoiceIsStopTokensThenCountsThenIds) {
   EXPECT_NE(error_of([&] { choose_draft_vocab(counts, {}, {}, {}, 4); }).find("size 4 is outside [1, 3]"), std::string::npos);
 }
 
-// Target features of `prompt` fed to the drafter, then one proposal of k drafts after `anchor`.
+// One proposal of k drafts after `anchor` (harness.h's draft_once): sampled at temperature 1
+// when `dense`, else greedy.
 Draft propose_once(Harness& h, Drafter& d, const std::vector<int32_t>& prompt, int32_t anchor, int k, bool dense) {
-  const int seq = h.kv->create_sequence(), dseq = d.begin();
-  Batch b;
-  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int(i), seq, true);
-  ForwardRequest req;
-  req.tap_layers = d.target_layers();
-  req.logits = false;
-  const ForwardOutput& out = h.fwd->run(b, req);
-  d.extend(dseq, prompt, 0, TargetFeatures{out.taps, out.n_out, out.n_taps * out.hidden});
-  Rng rng(5);
   SamplingParams sp;
   sp.temperature = dense ? 1.f : 0.f;
-  DraftSampling ds{dense, sp, &rng};
-  Draft draft;
-  d.propose(dseq, anchor, int(prompt.size()), k, ds, draft);
-  d.end(dseq);
-  h.kv->free_sequence(seq);
-  return draft;
+  return draft_once(h, d, prompt, anchor, k, dense, sp);
 }
 
 // "quantization": "int8" rounds the drafter's own matrices (never the target's) to int8 with a scale

@@ -54,6 +54,13 @@ refused "top-k 2^32-3" "flag --top-k must be from 0" -- "${gen[@]}" --prompt hi 
 refused "temperature nan" "flag --temperature expects a finite number" -- "${gen[@]}" --prompt hi --temperature nan
 refused "top-p 0" "flag --top-p must be in (0, 1]" -- "${gen[@]}" --prompt hi --top-p 0
 refused "seed -1" "flag --seed must be from 0" -- "${gen[@]}" --prompt hi --seed -1
+refused "presence-penalty 3" "flag --presence-penalty must be from -2 to 2" -- "${gen[@]}" --prompt hi --presence-penalty 3
+refused "repetition-penalty 0" "flag --repetition-penalty must be > 0" -- "${gen[@]}" --prompt hi --repetition-penalty 0
+refused "response-format not JSON" "flag --response-format: not valid JSON" -- "${gen[@]}" --prompt hi --response-format '{'
+refused "response-format type" "flag --response-format: 'response_format.type' must be" -- "${gen[@]}" --prompt hi \
+  --response-format '{"type": "xml"}'
+refused "response-format pattern" 'unsupported keyword "pattern"' -- "${gen[@]}" --prompt hi \
+  --response-format '{"type": "json_schema", "json_schema": {"schema": {"type": "string", "pattern": "a"}}}'
 refused "kv-tokens huge" "flag --kv-tokens must be from" -- "${gen[@]}" --prompt hi --kv-tokens 99999999999
 refused "threads 1e9" "flag --threads must be from 0 to 1024" -- "${gen[@]}" --prompt hi --threads 1000000000
 refused "bench spec limit 2^32+1" "flag --limit must be from 0" -- bench spec --model "$target" --speculative-config "$spec" \

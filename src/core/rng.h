@@ -9,6 +9,15 @@
 
 namespace dspark {
 
+// splitmix64: advances x by the golden gamma and returns the mixed word (Rng's seeding, and the
+// one mixer wherever a 64-bit value must be spread: choice seeds, sampled exports, random weights).
+inline uint64_t splitmix64(uint64_t& x) {
+  uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
 class Rng {
  public:
   // Streams with different `stream` values are independent for the same seed.
@@ -49,15 +58,9 @@ class Rng {
     uint64_t x;
   };
   explicit Rng(Word w) {
-    for (auto& v : s_) v = splitmix(w.x);
+    for (auto& v : s_) v = splitmix64(w.x);
   }
   static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-  static uint64_t splitmix(uint64_t& x) {
-    uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
   uint64_t s_[4];
 };
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/thread_pool.h"
 #include "kernels/quant.h"
 
@@ -118,13 +119,6 @@ class QuantizingSource : public WeightSource {
   bool keep_odd_;
 };
 
-uint64_t splitmix(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
 class RandomSource : public WeightSource {
  public:
   RandomSource(uint64_t seed, float std) : seed_(seed), std_(std) {}
@@ -146,8 +140,8 @@ class RandomSource : public WeightSource {
       for (int64_t r = task * 64; r < std::min(rows, int64_t(task + 1) * 64); ++r) {
         uint64_t s = h + uint64_t(r) * 0x9e3779b97f4a7c15ull;
         for (int64_t c = 0; c < cols; c += 2) {  // Box-Muller pairs
-          double u1 = (double(splitmix(s) >> 11) + 0.5) * 0x1.0p-53;
-          double u2 = double(splitmix(s) >> 11) * 0x1.0p-53;
+          double u1 = (double(splitmix64(s) >> 11) + 0.5) * 0x1.0p-53;
+          double u2 = double(splitmix64(s) >> 11) * 0x1.0p-53;
           double rad = std::sqrt(-2.0 * std::log(u1));
           float z0 = float(rad * std::cos(2 * M_PI * u2)), z1 = float(rad * std::sin(2 * M_PI * u2));
           tmp[size_t(c)] = norm ? 1.f + 0.1f * z0 : std_ * z0;

@@ -11,6 +11,7 @@
 
 #include "connector/layer_ids.h"
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace dspark {
 
@@ -143,10 +144,7 @@ bool HiddenExportSink::wants(bool asked) {
   if (cfg_.export_fraction <= 0) return false;
   std::lock_guard<std::mutex> lk(mu_);
   // splitmix64: which live requests are sampled is the server's business, never the output's.
-  uint64_t z = (sample_state_ += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  z ^= z >> 31;
+  const uint64_t z = splitmix64(sample_state_);
   const bool take = double(z >> 11) * 0x1.0p-53 < cfg_.export_fraction;
   if (take) ++sampled_;
   return take;

@@ -11,6 +11,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "server/errors.h"
 #include "tokenizer/unicode_util.h"
 
@@ -633,10 +634,8 @@ void encode_prompt(OpenAiRequest& r, const ServedModel& m) {
 
 uint64_t choice_seed(uint64_t seed, int choice) {
   if (choice == 0) return seed;
-  uint64_t z = seed + uint64_t(choice) + 0x9e3779b97f4a7c15ull;  // splitmix64's step and mix
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  uint64_t x = seed + uint64_t(choice);
+  return splitmix64(x);
 }
 
 EngineRequest choice_request(const OpenAiRequest& r, int index, const std::string& rid) {

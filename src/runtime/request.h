@@ -23,7 +23,8 @@ constexpr size_t kMaxStopStrings = 64;
 
 struct GenerateParams {
   SamplingParams sampling;
-  // logit_bias and the penalties, applied before `sampling` (LogitsProcessor).
+  // response_format's grammar, logit_bias and the penalties, applied before `sampling`
+  // (LogitsProcessor).
   LogitsParams logits_params;
   // At least 1, or kAsManyAsFit; 0 only with prompt_logprobs (the prompt is scored, nothing is
   // generated: the request finishes with "length" and no tokens).

@@ -59,8 +59,7 @@ std::shared_ptr<const JsonGrammar> response_format_grammar(const nlohmann::json&
 LogitsProcessor::LogitsProcessor(const LogitsParams& p, std::span<const int32_t> prompt, int vocab)
     : p_(p), vocab_(vocab) {
   // Occurrences matter to the penalties only (a grammar or a bias alone counts nothing).
-  counts_ = p_.presence_penalty != 0.f || p_.frequency_penalty != 0.f || p_.repetition_penalty != 1.f;
-  if (counts_) count_.assign(size_t(vocab), 0);
+  if (p_.penalties()) count_.assign(size_t(vocab), 0);
   if (p_.grammar) {
     if (!p_.grammar_vocab) fail("logits processor: a grammar without its vocabulary");
     matcher_ = std::make_unique<JsonMatcher>(p_.grammar, p_.grammar_vocab);
@@ -79,7 +78,7 @@ LogitsProcessor::LogitsProcessor(const LogitsParams& p, std::span<const int32_t>
 void LogitsProcessor::push(int32_t token) {
   if (token < 0 || token >= vocab_) fail("logits processor: token ", token, " outside the vocabulary of ", vocab_);
   history_.push_back(token);
-  if (counts_ && count_[size_t(token)]++ == 0) distinct_.push_back(token);
+  if (!count_.empty() && count_[size_t(token)]++ == 0) distinct_.push_back(token);
   if (matcher_ && refused_ == SIZE_MAX && !matcher_->push(token)) refused_ = history_.size() - 1;
 }
 
@@ -92,7 +91,7 @@ void LogitsProcessor::pop_to(size_t n) {
       else if (refused_ == history_.size()) refused_ = SIZE_MAX;
     }
     // Pushes and pops nest, so a token whose count drops to 0 is the last one first pushed.
-    if (counts_ && --count_[size_t(t)] == 0) distinct_.pop_back();
+    if (!count_.empty() && --count_[size_t(t)] == 0) distinct_.pop_back();
   }
 }
 

@@ -1,9 +1,10 @@
 // What a request asks of the target's logits before sampling, in vLLM's order: the structured
 // output's token mask (response_format), logit_bias, then the repetition, frequency and presence
-// penalties; temperature, top-k, top-p and min-p follow (Sampler). A request's processor holds the tokens generated so far; drafting and verification
-// push the drafts they try on top and pop them afterwards, so every distribution a round samples
-// or verifies from is the one plain decoding would use after the same tokens. That keeps
-// speculative output distributed exactly as plain decoding with these settings.
+// penalties; temperature, top-k, top-p and min-p follow (Sampler). A request's processor holds
+// the tokens generated so far; drafting and verification push the drafts they try on top and pop
+// them afterwards, so every distribution a round samples or verifies from is the one plain
+// decoding would use after the same tokens. That keeps speculative output distributed exactly as
+// plain decoding with these settings.
 #pragma once
 
 #include <cstddef>
@@ -32,10 +33,11 @@ struct LogitsParams {
   std::shared_ptr<const JsonGrammar> grammar;
   std::shared_ptr<const TokenVocab> grammar_vocab;
 
-  bool any() const {
-    return presence_penalty != 0.f || frequency_penalty != 0.f || repetition_penalty != 1.f ||
-           !logit_bias.empty() || grammar;
+  // Whether any penalty is on (they count the output's tokens).
+  bool penalties() const {
+    return presence_penalty != 0.f || frequency_penalty != 0.f || repetition_penalty != 1.f;
   }
+  bool any() const { return penalties() || !logit_bias.empty() || grammar; }
   // Throws Error naming the field (the request's param) for a value out of range or a
   // logit_bias token outside [0, vocab).
   void validate(int vocab) const;
@@ -70,8 +72,7 @@ class LogitsProcessor {
   LogitsParams p_;
   int vocab_;
   std::vector<int32_t> history_;       // every pushed token, in order
-  bool counts_ = false;                // the penalties need count_ and distinct_
-  std::vector<int32_t> count_;         // [vocab] occurrences in history_
+  std::vector<int32_t> count_;         // [vocab] occurrences in history_ (empty: no penalty)
   std::vector<int32_t> distinct_;      // history_'s distinct tokens, in first-push order
   std::vector<uint8_t> in_prompt_;     // [vocab] (with a repetition penalty)
   std::vector<int32_t> prompt_only_;   // prompt tokens, distinct
@@ -82,7 +83,8 @@ class LogitsProcessor {
 
 namespace testing {
 // A deliberately wrong verification for tests: every row of a round is processed as if no draft
-// had been pushed (the penalties ignore the drafts before the row). Tests must show it is biased.
+// had been pushed (the penalties and the grammar ignore the drafts before the row). Tests must
+// show it is biased.
 void set_processor_ignores_drafts(bool on);
 bool processor_ignores_drafts();
 }  // namespace testing

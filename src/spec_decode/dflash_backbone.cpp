@@ -120,16 +120,7 @@ int32_t DflashBackbone::draw_processed(const float* z, bool draft_vocab, const D
   } else {
     std::copy(z, z + V, full_.data());
   }
-  ds.processor->apply(full_.data());
-  int32_t x;
-  if (ds.dense_q()) {
-    sampler.dense(full_.data(), V, ds.params, q_row);
-    x = Sampler::draw_dense(q_row, V, *ds.rng);
-  } else {
-    x = argmax(full_.data(), V);
-  }
-  ds.processor->push(x);
-  return x;
+  return ds.draw(full_.data(), V, sampler, q_row);
 }
 
 DflashBackboneDrafter::DflashBackboneDrafter(const DrafterConfig& cfg, const Model& target,

@@ -28,13 +28,18 @@ struct DraftSampling {
   bool probabilistic = false;  // sample from q (else argmax, q one-hot)
   SamplingParams params;       // the request's temperature / top-k / top-p / min-p
   Rng* rng = nullptr;          // the draft stream (independent of acceptance and residual draws)
-  // The request's logit_bias and penalties (null: none). A drafter that samples from its own
-  // logits over the target's vocabulary applies it to each row first and pushes each draft it
-  // picks (the caller pops them after the round).
+  // The request's grammar mask, logit_bias and penalties (null: none). A drafter that samples
+  // from its own logits applies it to each row over the target's vocabulary first (draw) and
+  // pushes each draft it picks (the caller pops them after the round).
   LogitsProcessor* processor = nullptr;
   // Whether drafters build and sample a dense q. At temperature 0 probabilistic drafting is the
   // argmax with a one-hot q, which Draft::q leaves implicit (empty), so it is skipped.
   bool dense_q() const { return probabilistic && !params.greedy(); }
+  // One draft from `row`, logits over the target's vocabulary (V of them; -inf where the drafter
+  // cannot propose), processed in place by `processor` when there is one: the argmax, or with
+  // dense_q() a draw from the sampling distribution, which is written to q_row[V]. The draft is
+  // pushed to `processor`.
+  int32_t draw(float* row, int V, Sampler& sampler, float* q_row) const;
 };
 
 // One round's proposal for one sequence.

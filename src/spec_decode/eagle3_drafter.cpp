@@ -217,17 +217,9 @@ class Eagle3Drafter : public Drafter {
   int32_t pick(const float* logits, const DraftSampling& ds, Draft& out, int i) {
     full_.assign(size_t(vocab_), -std::numeric_limits<float>::infinity());
     for (int d = 0; d < draft_vocab_; ++d) full_[size_t(to_target_[size_t(d)])] = logits[d];
-    if (ds.processor) ds.processor->apply(full_.data());
-    int32_t token;
-    if (ds.dense_q()) {
-      float* q = out.q.data() + int64_t(i) * vocab_;
-      sampler_.dense(full_.data(), vocab_, ds.params, q);
-      token = Sampler::draw_dense(q, vocab_, *ds.rng);
-    } else {
-      token = argmax(full_.data(), vocab_);
-    }
+    const int32_t token =
+        ds.draw(full_.data(), vocab_, sampler_, ds.dense_q() ? out.q.data() + int64_t(i) * vocab_ : nullptr);
     out.tokens.push_back(token);
-    if (ds.processor) ds.processor->push(token);
     return token;
   }
 

@@ -109,6 +109,8 @@ int64_t Engine::kv_capacity_tokens() const {
   return int64_t(kv_->total_blocks()) * kKvBlock;
 }
 
+int Engine::length_limit() const { return int(std::min<int64_t>(max_model_len_, kv_capacity_tokens())); }
+
 void Engine::check(const EngineRequest& req) const {
   constexpr ErrorKind kInvalid = ErrorKind::InvalidRequest;
   const GenerateParams& p = req.params;
@@ -117,7 +119,7 @@ void Engine::check(const EngineRequest& req) const {
   check_token_ids(req.prompt, model_.config().vocab_size, "prompt");
   p.logits_params.validate(model_.config().vocab_size);
   const int64_t n = int64_t(req.prompt.size());
-  const int limit = int(std::min<int64_t>(max_model_len_, kv_capacity_tokens()));
+  const int limit = length_limit();
   check_prompt_length(n, max_model_len_, kv_capacity_tokens());
   if (p.max_tokens != kAsManyAsFit && n + p.max_tokens > limit)
     fail_request(ErrorKind::ContextLengthExceeded, "max_tokens",
@@ -134,12 +136,11 @@ uint64_t Engine::submit(EngineRequest req, OutputFn on_output) {
   if (!accepting_) fail_request(ErrorKind::Unavailable, "", "the server is shutting down");
   check(req);
   const int64_t n = int64_t(req.prompt.size());
-  const int limit = int(std::min<int64_t>(max_model_len_, kv_capacity_tokens()));
   auto s = std::make_unique<RequestState>(0, std::move(req), std::move(on_output), tok_);
   if (s->req.params.logits_params.any())
     s->processor = std::make_unique<LogitsProcessor>(s->req.params.logits_params, s->req.prompt,
                                                      model_.config().vocab_size);
-  s->max_tokens = generation_budget(n, s->req.params.max_tokens, limit);
+  s->max_tokens = generation_budget(n, s->req.params.max_tokens, length_limit());
   s->target_len = int(n);
   s->arrival = now_seconds();
   std::lock_guard<std::mutex> lk(mu_);

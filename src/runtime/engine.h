@@ -90,6 +90,8 @@ class Engine {
   bool accepting() const { return accepting_; }
 
  private:
+  // Prompt + output positions a request may have: max_model_len within the KV pool's room.
+  int length_limit() const;
   // SchedulerHooks, through which the request scheduler reports admissions and releases.
   class Hooks final : public SchedulerHooks {
    public:

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "runtime/logprobs.h"
 #include "sample/sampler.h"
 #include "spec_decode/verify.h"
 
@@ -86,12 +87,25 @@ void BM_Argmax(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(argmax(x.data(), V));
 }
 
+// One emitted token's logprobs with the top 5 (the chosen token, its rank, the log-sum-exp).
+void BM_Logprobs5(benchmark::State& state) {
+  const int V = int(state.range(0));
+  auto x = logits(1, V, 7);
+  Logprobs out;
+  for (auto _ : state) {
+    out.clear();
+    append_logprobs(x.data(), V, 17, 5, out);
+    benchmark::DoNotOptimize(out.logprob.data());
+  }
+}
+
 #define VOCABS ->Arg(8192)->Arg(151936)->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_DenseT1) VOCABS;
 BENCHMARK(BM_DenseTopP) VOCABS;
 BENCHMARK(BM_DrawDense) VOCABS;
 BENCHMARK(BM_VerifyBlock8) VOCABS;
 BENCHMARK(BM_Argmax) VOCABS;
+BENCHMARK(BM_Logprobs5) VOCABS;
 
 }  // namespace
 }  // namespace dspark

@@ -95,6 +95,32 @@ double exp_shifted(const float* x, int n, float shift, float scale, float* out) 
   return sum;
 }
 
+double exp_sum(const float* x, int n, float shift) {
+  if (use_avx2()) return detail::exp_sum_avx2(x, n, shift);
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(x[i] - shift);
+  return sum;
+}
+
+float max_value_and_count(const float* x, int n, float t, int* above) {
+  if (use_avx2()) return detail::max_value_and_count_avx2(x, n, t, above);
+  float m = -INFINITY;
+  int count = 0;
+  for (int i = 0; i < n; ++i) {
+    if (x[i] > m) m = x[i];
+    count += x[i] > t;
+  }
+  *above = count;
+  return m;
+}
+
+int next_greater(const float* x, int n, int from, float t) {
+  if (use_avx2()) return detail::next_greater_avx2(x, n, from, t);
+  for (int i = from; i < n; ++i)
+    if (x[i] > t) return i;
+  return n;
+}
+
 double kept_sum(const float* x, int n, float floor) {
   if (use_avx2()) return detail::kept_sum_avx2(x, n, floor);
   double sum = 0;

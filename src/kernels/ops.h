@@ -36,6 +36,13 @@ float max_value(const float* x, int n);
 // exponential is a polynomial with relative error about 2e-7 that gives exactly 0 below
 // exp(-87.3) and exactly 1 at 0.
 double exp_shifted(const float* x, int n, float shift, float scale, float* out);
+// The sum of exp(x[i] - shift) in double, storing nothing: exp_shifted's sum (scale 1) from the
+// same exponential, added in float over at most 8 terms before each double addition.
+double exp_sum(const float* x, int n, float shift);
+// max_value(x, n), and in *above the count of x[i] > t, in one pass.
+float max_value_and_count(const float* x, int n, float t, int* above);
+// The first i >= from with x[i] > t (NaNs never are); n when there is none.
+int next_greater(const float* x, int n, int from, float t);
 // The sum, in double, of the x[i] that are >= floor and not 0 (the tokens a cut keeps).
 double kept_sum(const float* x, int n, float floor);
 // x[i] = x[i] * s where x[i] is kept by the same rule, 0 elsewhere.
@@ -52,6 +59,9 @@ namespace detail {
 double residual_mass_avx2(const float* p, const float* q, double scale, int n);
 float max_value_avx2(const float* x, int n);
 double exp_shifted_avx2(const float* x, int n, float shift, float scale, float* out);
+double exp_sum_avx2(const float* x, int n, float shift);
+float max_value_and_count_avx2(const float* x, int n, float t, int* above);
+int next_greater_avx2(const float* x, int n, int from, float t);
 double kept_sum_avx2(const float* x, int n, float floor);
 void kept_scale_avx2(float* x, int n, float floor, float s);
 void silu_mul_avx2(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, int rows, int inter);

@@ -105,6 +105,70 @@ double exp_shifted_avx2(const float* x, int n, float shift, float scale, float* 
   return sum;
 }
 
+double exp_sum_avx2(const float* x, int n, float shift) {
+  // Four float accumulators for the exp's latency, folded into doubles every 256 values, so no
+  // float partial sum holds more than 8 terms.
+  const __m256 sh = _mm256_set1_ps(shift);
+  __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();
+  int i = 0;
+  while (i + 32 <= n) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    for (const int end = std::min(n - 31, i + 256); i < end; i += 32) {
+      a0 = _mm256_add_ps(a0, avx2::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh)));
+      a1 = _mm256_add_ps(a1, avx2::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), sh)));
+      a2 = _mm256_add_ps(a2, avx2::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i + 16), sh)));
+      a3 = _mm256_add_ps(a3, avx2::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i + 24), sh)));
+    }
+    add_pd(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)), lo, hi);
+  }
+  for (; i + 8 <= n; i += 8) add_pd(avx2::exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh)), lo, hi);
+  double sum = hsum_pd(_mm256_add_pd(lo, hi));
+  if (i < n) {  // the tail through the same exp; padding at the shift would add exp(0) = 1
+    alignas(32) float in[8], e[8];
+    for (int j = 0; j < 8; ++j) in[j] = i + j < n ? x[i + j] : -INFINITY;
+    _mm256_store_ps(e, avx2::exp256(_mm256_sub_ps(_mm256_load_ps(in), sh)));
+    for (int j = 0; i + j < n; ++j) sum += e[j];
+  }
+  return sum;
+}
+
+float max_value_and_count_avx2(const float* x, int n, float t, int* above) {
+  const __m256 tv = _mm256_set1_ps(t);
+  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+  __m256i c0 = _mm256_setzero_si256(), c1 = c0;  // a compare's all-ones lane is -1
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 v0 = _mm256_loadu_ps(x + i), v1 = _mm256_loadu_ps(x + i + 8);
+    m0 = _mm256_max_ps(v0, m0);  // max_ps returns its second operand for a NaN in x
+    m1 = _mm256_max_ps(v1, m1);
+    c0 = _mm256_sub_epi32(c0, _mm256_castps_si256(_mm256_cmp_ps(v0, tv, _CMP_GT_OQ)));
+    c1 = _mm256_sub_epi32(c1, _mm256_castps_si256(_mm256_cmp_ps(v1, tv, _CMP_GT_OQ)));
+  }
+  float m = avx2::hmax(_mm256_max_ps(m0, m1));
+  alignas(32) int32_t c[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(c), _mm256_add_epi32(c0, c1));
+  int count = c[0] + c[1] + c[2] + c[3] + c[4] + c[5] + c[6] + c[7];
+  for (; i < n; ++i) {
+    if (x[i] > m) m = x[i];
+    count += x[i] > t;
+  }
+  *above = count;
+  return m;
+}
+
+int next_greater_avx2(const float* x, int n, int from, float t) {
+  const __m256 tv = _mm256_set1_ps(t);
+  int i = from;
+  for (; i + 16 <= n; i += 16) {
+    const int m0 = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), tv, _CMP_GT_OQ));
+    const int m1 = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i + 8), tv, _CMP_GT_OQ));
+    if (m0 | m1) return i + __builtin_ctz(unsigned(m0 | (m1 << 8)));
+  }
+  for (; i < n; ++i)
+    if (x[i] > t) return i;
+  return n;
+}
+
 double kept_sum_avx2(const float* x, int n, float floor) {
   const __m256 f = _mm256_set1_ps(floor), zero = _mm256_setzero_ps();
   __m256d lo = _mm256_setzero_pd(), hi = _mm256_setzero_pd();

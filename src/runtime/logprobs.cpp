@@ -28,52 +28,39 @@ void Logprobs::append(const Logprobs& o) {
   top_logprob.insert(top_logprob.end(), o.top_logprob.begin(), o.top_logprob.end());
 }
 
-void append_logprobs(const float* logits, int vocab, int32_t token, int top_n, Logprobs& out,
-                     std::vector<float>& scratch) {
+void append_logprobs(const float* logits, int vocab, int32_t token, int top_n, Logprobs& out) {
   if (token < 0 || token >= vocab) fail("logprobs: token ", token, " is outside the vocabulary");
   top_n = std::clamp(top_n, 0, std::min(kMaxLogprobs, vocab));
   if (out.empty()) out.top_n = top_n;
   if (out.top_n != top_n)
     fail("logprobs: ", top_n, " top entries where the others have ", out.top_n);
   const float chosen = logits[token];
-  const float mx = max_value(logits, vocab);  // vectorised; NaNs skipped
-  int32_t above = 0;
-  for (int v = 0; v < vocab; ++v) above += logits[v] > chosen;
-  // The top_n largest in a small sorted list. Once it is full, a block of 16 values with none
-  // above its last entry (nearly all of them) costs one vectorisable compare each.
+  int above = 0;
+  const float mx = max_value_and_count(logits, vocab, chosen, &above);  // NaNs skipped
+  // The top_n largest in a small sorted list: filled from the first non-NaN values, then only
+  // the values above its last entry (next_greater skips the rest, nearly all, a vector at a time).
   int32_t ids[kMaxLogprobs];
   float vals[kMaxLogprobs];
   int kept = 0;
-  constexpr int kBlock = 16;
-  for (int v0 = 0; top_n > 0 && v0 < vocab; v0 += kBlock) {
-    const int end = std::min(vocab, v0 + kBlock);
-    if (kept == top_n && end - v0 == kBlock) {
-      const float floor = vals[top_n - 1];
-      const float* b = logits + v0;
-      int over = 0;
-      for (int j = 0; j < kBlock; ++j) over += b[j] > floor;
-      if (over == 0) continue;
+  auto insert = [&](int v) {
+    int at = kept < top_n ? kept++ : top_n - 1;
+    while (at > 0 && logits[v] > vals[at - 1]) {
+      vals[at] = vals[at - 1];
+      ids[at] = ids[at - 1];
+      --at;
     }
-    for (int v = v0; v < end; ++v) {
-      const float x = logits[v];
-      if (x != x || (kept == top_n && !(x > vals[top_n - 1]))) continue;  // NaN, or not in
-      int at = kept < top_n ? kept++ : top_n - 1;
-      while (at > 0 && x > vals[at - 1]) {
-        vals[at] = vals[at - 1];
-        ids[at] = ids[at - 1];
-        --at;
-      }
-      vals[at] = x;
-      ids[at] = int32_t(v);
-    }
-  }
+    vals[at] = logits[v];
+    ids[at] = int32_t(v);
+  };
+  int v = 0;
+  for (; v < vocab && kept < top_n; ++v)
+    if (logits[v] == logits[v]) insert(v);
+  while (top_n > 0 && (v = next_greater(logits, vocab, v, vals[top_n - 1])) < vocab) insert(v++);
   for (; kept < top_n; ++kept) {  // only when NaNs leave fewer than top_n values
     vals[kept] = -std::numeric_limits<float>::infinity();
     ids[kept] = 0;
   }
-  if (scratch.size() < size_t(vocab)) scratch.resize(size_t(vocab));
-  const double sum = exp_shifted(logits, vocab, mx, 1.f, scratch.data());
-  const double lse = double(mx) + std::log(sum);
+  const double lse = double(mx) + std::log(exp_sum(logits, vocab, mx));
   out.token.push_back(token);
   out.logprob.push_back(float(double(chosen) - lse));
   out.rank.push_back(above + 1);

@@ -31,9 +31,8 @@ struct Logprobs {
 
 // Appends one entry: log_softmax(logits) at `token`, its rank, and the `top_n` largest (ties: the
 // lower id first). The log-softmax is of the raw logits (vLLM's default raw_logprobs mode: before
-// temperature, top-k, top-p and min-p), its exponentials summed in double. `scratch` (vocab floats,
-// grown once) is reused across calls.
-void append_logprobs(const float* logits, int vocab, int32_t token, int top_n, Logprobs& out,
-                     std::vector<float>& scratch);
+// temperature, top-k, top-p and min-p), its exponentials summed in double. Three vectorised passes
+// over the row, nothing stored: the max with the rank's count, the top_n, the sum of exponentials.
+void append_logprobs(const float* logits, int vocab, int32_t token, int top_n, Logprobs& out);
 
 }  // namespace dspark

@@ -28,8 +28,7 @@ void OutputProcessor::finish(RequestState& r, const char* reason) {
 
 bool OutputProcessor::emit(RequestState& r, int32_t token, const float* logits) {
   if (r.req.params.logprobs >= 0 && logits)
-    append_logprobs(logits, cfg_.vocab_size, token, r.req.params.logprobs, r.pending.logprobs,
-                    lp_scratch_);
+    append_logprobs(logits, cfg_.vocab_size, token, r.req.params.logprobs, r.pending.logprobs);
   r.out_tokens.push_back(token);
   if (r.processor) r.processor->push(token);
   r.pending.token_ids.push_back(token);
@@ -57,7 +56,7 @@ bool OutputProcessor::emit(RequestState& r, int32_t token, const float* logits) 
 void OutputProcessor::score_prompt(RequestState& r, int pos, const float* logits) {
   if (r.prompt_lp_sent || pos != int(r.prompt_lp.size()) + 1 || pos >= r.prompt_len()) return;
   append_logprobs(logits, cfg_.vocab_size, r.req.prompt[size_t(pos)], r.req.params.prompt_logprobs,
-                  r.prompt_lp, lp_scratch_);
+                  r.prompt_lp);
 }
 
 void OutputProcessor::deliver(RequestQueue& q, RequestQueue& done, double now) {

@@ -50,7 +50,6 @@ class OutputProcessor {
   const EngineOptions& opt_;
   int K_ = 0;
   EngineMetrics live_;
-  std::vector<float> lp_scratch_;
   SpecMetrics* spec_ = nullptr;
 };
 

@@ -122,6 +122,23 @@ TEST(Ops, SoftmaxPiecesMatchTheirFormulas) {
       EXPECT_EQ(e[0], 0.f);
     }
     EXPECT_NEAR(sum, want_sum, 1e-6 * want_sum) << n;
+    double want_unscaled = 0;
+    for (float v : x) want_unscaled += std::exp(double(v) - mx);
+    EXPECT_NEAR(exp_sum(x.data(), n, mx), want_unscaled, 1e-6 * want_unscaled) << n;
+    const float t = x[size_t(n) / 3];
+    int above = -1, want_above = 0;
+    for (float v : x) want_above += v > t;
+    EXPECT_EQ(max_value_and_count(x.data(), n, t, &above), mx) << n;
+    EXPECT_EQ(above, want_above) << n;
+    for (int from : {0, 1, n / 2, n - 1, n}) {
+      int want = n;
+      for (int i = from; i < n; ++i)
+        if (x[size_t(i)] > t) {
+          want = i;
+          break;
+        }
+      ASSERT_EQ(next_greater(x.data(), n, from, t), want) << n << " from " << from;
+    }
     const float floor = 0.05f;
     double kept = 0;
     for (float v : e) kept += v >= floor && v != 0.f ? v : 0.f;
@@ -134,6 +151,11 @@ TEST(Ops, SoftmaxPiecesMatchTheirFormulas) {
   std::vector<float> with_nan(20, 1.f);
   with_nan[3] = nan, with_nan[11] = 2.f, with_nan[19] = nan;
   EXPECT_EQ(max_value(with_nan.data(), 20), 2.f);
+  int above = -1;
+  EXPECT_EQ(max_value_and_count(with_nan.data(), 20, 1.f, &above), 2.f);
+  EXPECT_EQ(above, 1);  // NaNs are never above
+  EXPECT_EQ(next_greater(with_nan.data(), 20, 0, 1.f), 11);
+  EXPECT_EQ(next_greater(with_nan.data(), 20, 12, 1.f), 20);
 }
 
 TEST(Ops, ResidualMassAndPickMatchTheScalarScan) {

@@ -120,9 +120,8 @@ void expect_entry(const Logprobs& lp, size_t i, int32_t token, const std::vector
 }
 
 // append_logprobs against a full sort: vocabularies that are not a multiple of its 16-value
-// blocks, ties (the lower id first), the largest values at either end, top_n 0 .. 20, and a NaN.
+// vector steps, ties (the lower id first), the largest values at either end, top_n 0 .. 20, and a NaN.
 TEST(EngineLogprobs, AppendLogprobsMatchesAFullSort) {
-  std::vector<float> scratch;
   uint32_t seed = 12345;
   auto next = [&] {
     seed = seed * 1664525u + 1013904223u;
@@ -147,7 +146,7 @@ TEST(EngineLogprobs, AppendLogprobsMatchesAFullSort) {
     for (int top_n : {0, 1, 5, 20}) {
       Logprobs lp;
       const int32_t token = int32_t(vocab / 3);
-      append_logprobs(x.data(), vocab, token, top_n, lp, scratch);
+      append_logprobs(x.data(), vocab, token, top_n, lp);
       const std::string where = "vocab " + std::to_string(vocab) + ", top " + std::to_string(top_n);
       ASSERT_EQ(lp.size(), 1u) << where;
       const int n = std::min(top_n, int(order.size()));

@@ -131,28 +131,93 @@ void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q
   if (!avx2 || kv.head_dim % 8 != 0 || (is_fp8(kv.dtype) && !f16c))
     return detail::attention_reference(kv, rows, q, ldq, n_heads, scale, out, ldo);
   const bool wide = kv.head_dim % 16 == 0 && avx512_attention();
+  const auto tile_fn = wide ? detail::attention_tile_avx512 : detail::attention_tile_avx2;
   // Tiles: runs of up to kTileRows consecutive rows that share a sequence, so each K/V block
   // read from memory serves every query row and GQA head of the tile: a verification of up to
   // 15 drafts (16 rows) reads its sequence's cache once.
   constexpr int kTileRows = 16;
+  // Flash-decoding: a tile whose rows see more than kSplitKeys positions is split along the
+  // sequence at the multiples of kSplitKeys, one task per part and KV head, so one long sequence
+  // gives every thread work; the parts are then merged in order. The boundaries are fixed
+  // positions, never a function of the thread count or of the other rows, so a row's result is
+  // the same alone or batched (a part a row sees nothing of adds exactly zero, and a row that
+  // sees one part gets exactly the unsplit result).
+  constexpr int kSplitKeys = 2048;
+  const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads, nkv = kv.n_kv_heads;
+  struct Tile {
+    int r0, nr, parts;
+    int64_t task0;    // its first task; the tile has parts x nkv
+    int64_t partial;  // offset of its parts' results in `partials` (parts > 1)
+  };
   // (thread_local storage must be read through a reference: workers have their own copies)
-  thread_local std::vector<int> tile_start_storage;
-  std::vector<int>& tile_start = tile_start_storage;
-  tile_start.clear();
+  thread_local std::vector<Tile> tiles_storage;
+  thread_local std::vector<float> partials_storage;
+  std::vector<Tile>& tiles = tiles_storage;
+  std::vector<float>& partials = partials_storage;
+  tiles.clear();
+  int64_t tasks = 0, floats = 0;
   for (int r = 0; r < rows.n;) {
-    tile_start.push_back(r);
-    int e = r + 1;
-    while (e < rows.n && e - r < kTileRows && rows.tables[e] == rows.tables[r]) ++e;
+    int e = r + 1, max_vis = rows.visible[r];
+    while (e < rows.n && e - r < kTileRows && rows.tables[e] == rows.tables[r])
+      max_vis = std::max(max_vis, rows.visible[e++]);
+    const int parts = std::max(1, (max_vis + kSplitKeys - 1) / kSplitKeys);
+    tiles.push_back({r, e - r, parts, tasks, floats});
+    tasks += int64_t(parts) * nkv;
+    if (parts > 1) floats += int64_t(parts) * nkv * (e - r) * group * (hd + 2);
     r = e;
   }
-  tile_start.push_back(rows.n);
-  const int tiles = int(tile_start.size()) - 1;
-  const int group = n_heads / kv.n_kv_heads;
-  parallel_for(tiles * kv.n_kv_heads, [&](int task) {
-    const int t = task / kv.n_kv_heads, kvh = task % kv.n_kv_heads;
-    const int r0 = tile_start[t], nr = tile_start[t + 1] - r0;
-    (wide ? detail::attention_tile_avx512 : detail::attention_tile_avx2)(
-        kv, rows.tables[r0], rows.visible + r0, nr, q + r0 * ldq, ldq, group, kvh, scale, out + r0 * ldo, ldo);
+  if (partials.size() < size_t(floats)) partials.resize(size_t(floats));
+  // A task's tile: the last one whose first task is at or before it.
+  auto tile_of = [&](int64_t task) -> const Tile& {
+    return *(std::upper_bound(tiles.begin(), tiles.end(), task,
+                              [](int64_t t, const Tile& x) { return t < x.task0; }) -
+             1);
+  };
+  parallel_for(int(tasks), [&](int task) {
+    const Tile& t = tile_of(task);
+    const int local = int(task - t.task0), kvh = local % nkv, part = local / nkv;
+    const int nq = t.nr * group;
+    detail::TileKeys span;
+    if (t.parts > 1) {
+      span.k0 = part * kSplitKeys;
+      span.k1 = span.k0 + kSplitKeys;
+      span.partial = partials.data() + t.partial + int64_t(part * nkv + kvh) * nq * (hd + 2);
+    }
+    tile_fn(kv, rows.tables[t.r0], rows.visible + t.r0, t.nr, q + t.r0 * ldq, ldq, group, kvh, scale,
+            out + t.r0 * ldo, ldo, span);
+  });
+  // The merge, part by part in order: out = sum_i o_i e^(m_i - M) / sum_i l_i e^(m_i - M).
+  thread_local std::vector<int> split_storage;
+  std::vector<int>& split = split_storage;
+  split.clear();
+  for (int i = 0; i < int(tiles.size()); ++i)
+    if (tiles[size_t(i)].parts > 1) split.push_back(i);
+  if (split.empty()) return;
+  parallel_for(int(split.size()) * nkv, [&](int task) {
+    const Tile& t = tiles[size_t(split[size_t(task / nkv)])];
+    const int kvh = task % nkv, nq = t.nr * group;
+    const int64_t stride = int64_t(nkv) * nq * (hd + 2);  // from one part to the next
+    const float* p0 = partials.data() + t.partial + int64_t(kvh) * nq * (hd + 2);
+    thread_local std::vector<float> acc_storage;
+    std::vector<float>& acc = acc_storage;
+    acc.resize(size_t(hd));
+    for (int qi = 0; qi < nq; ++qi) {
+      float m = -INFINITY;
+      for (int i = 0; i < t.parts; ++i) m = std::max(m, p0[i * stride + nq * hd + qi]);
+      float l = 0.f;
+      std::fill(acc.begin(), acc.end(), 0.f);
+      for (int i = 0; i < t.parts && m > -INFINITY; ++i) {
+        const float* pi = p0 + i * stride;
+        const float mi = pi[nq * hd + qi];
+        if (mi == -INFINITY) continue;  // this row sees none of the part
+        const float w = std::exp(mi - m);
+        l += pi[nq * (hd + 1) + qi] * w;
+        for (int d = 0; d < hd; ++d) acc[size_t(d)] += pi[qi * hd + d] * w;
+      }
+      const float inv = l > 0.f ? 1.f / l : 0.f;
+      float* dst = out + (t.r0 + qi / group) * ldo + int64_t(kvh * group + qi % group) * hd;
+      for (int d = 0; d < hd; ++d) dst[d] = acc[size_t(d)] * inv;
+    }
   });
 }
 

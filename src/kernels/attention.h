@@ -54,6 +54,11 @@ struct AttentionRows {
 
 // out[r, h*hd:(h+1)*hd] = softmax(scale * q_h · Kᵀ) · V over the visible keys, GQA heads
 // h mapping to kv head h / (n_heads / n_kv_heads). q and out have row strides ldq and ldo.
+// Consecutive rows of one sequence (up to 16) form a tile that reads each K/V block once for all
+// its rows and GQA heads. A tile whose rows see more than 2,048 positions is split along the
+// sequence at the multiples of 2,048 (flash-decoding), one task per part and KV head, and the
+// parts are merged in order by their log-sum-exp; a row's result does not depend on the other
+// rows or on the thread count.
 void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                int n_heads, float scale, float* out, int64_t ldo);
 
@@ -63,16 +68,24 @@ void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q
 const char* attention_kernel_name();
 
 namespace detail {
+// The keys [k0, k1) of a tile call (k0 a multiple of kKvBlock). With `partial`, the call leaves
+// its unnormalised outputs ([nq][head_dim], nq = rows x group), running maxima ([nq]) and sums
+// ([nq]) there for attention()'s merge, instead of writing out.
+struct TileKeys {
+  int k0 = 0;
+  int k1 = INT32_MAX;
+  float* partial = nullptr;
+};
 void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                          int n_heads, float scale, float* out, int64_t ldo);
 // Attends query vectors of rows [r0, r0+nr) (all sharing one block table) for kv head kvh.
 void attention_tile_avx2(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
                          const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
-                         int64_t ldo);
+                         int64_t ldo, const TileKeys& span);
 // The same tile on 16-lane vectors (head_dim a multiple of 16; AVX512F and AVX512BW).
 void attention_tile_avx512(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
                            const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
-                           int64_t ldo);
+                           int64_t ldo, const TileKeys& span);
 }  // namespace detail
 
 }  // namespace dspark

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/buffer.h"
 #include "kernels/attention.h"
@@ -118,7 +119,7 @@ inline void pv(const void* vb, const float* p, const float* alpha, int keys, int
 
 template <DType kT>
 void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr, const float* q,
-          int64_t ldq, int group, int kvh, float scale, float* out, int64_t ldo) {
+          int64_t ldq, int group, int kvh, float scale, float* out, int64_t ldo, const TileKeys& span) {
   const int hd = kv.head_dim;
   const int nq = nr * group;  // query vectors: index qi = r * group + g
   thread_local Buffer<float> scratch;
@@ -145,7 +146,8 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
   constexpr float kWiden = kT == DType::F8_E4M3 ? 256.f : 1.f;  // load16's e4m3 values are / 256
   const size_t esz = dtype_size(kT);
   __m512 ksv = _mm512_set1_ps(1.f), vsv = ksv;
-  for (int b0 = 0; b0 < max_vis; b0 += kKvBlock) {
+  const int end = std::min(max_vis, span.k1);
+  for (int b0 = span.k0; b0 < end; b0 += kKvBlock) {
     const int32_t phys = table[b0 / kKvBlock];
     const int64_t base = kv.block_offset(kvh, phys);
     if constexpr (kFp8) {  // this block's 16 positions' scales
@@ -188,6 +190,12 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     for (; qi + 2 <= nq; qi += 2) pv<2, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
     if (qi < nq) pv<1, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
   }
+  if (span.partial) {  // [o | mx | sum] for the merge
+    std::memcpy(span.partial, o, sizeof(float) * size_t(nq) * size_t(hd));
+    std::memcpy(span.partial + nq * hd, mx, sizeof(float) * size_t(nq));
+    std::memcpy(span.partial + nq * (hd + 1), sum, sizeof(float) * size_t(nq));
+    return;
+  }
   for (int qi = 0; qi < nq; ++qi) {
     float* dst = out + (qi / group) * ldo + int64_t(kvh * group + qi % group) * hd;
     const __m512 inv = _mm512_set1_ps(sum[qi] > 0.f ? 1.f / sum[qi] : 0.f);
@@ -200,12 +208,12 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
 
 void attention_tile_avx512(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
                            const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
-                           int64_t ldo) {
+                           int64_t ldo, const TileKeys& span) {
   switch (kv.dtype) {
-    case DType::BF16: return tile<DType::BF16>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
-    case DType::F8_E4M3: return tile<DType::F8_E4M3>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
-    case DType::F8_E5M2: return tile<DType::F8_E5M2>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
-    default: return tile<DType::F32>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo);
+    case DType::BF16: return tile<DType::BF16>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo, span);
+    case DType::F8_E4M3: return tile<DType::F8_E4M3>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo, span);
+    case DType::F8_E5M2: return tile<DType::F8_E5M2>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo, span);
+    default: return tile<DType::F32>(kv, table, visible, nr, q, ldq, group, kvh, scale, out, ldo, span);
   }
 }
 

@@ -2,8 +2,10 @@
 
 #include <cstdio>
 
+#include <array>
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/cpu.h"
@@ -165,6 +167,61 @@ TEST(Attention, DispatchedKernelMatchesDense) {
     check(dt, 6, 1, 24, false);    // MQA, head_dim not a multiple of 16
     check(dt, 4, 2, 12, false);    // head_dim not a multiple of 8: reference path
   }
+}
+
+// Rows that see more than 2,048 positions are split along the sequence into parts of 2,048
+// (flash-decoding) and merged. Checked against dense attention in double, and bitwise against the
+// same row attended alone: rows on either side of a part boundary, one that sees exactly one
+// part, one that sees none of the later parts, all in one tile with rows that see three parts.
+TEST(Attention, SplitAlongTheSequenceMatchesDenseAndIsBatchInvariant) {
+  std::printf("attention kernel: %s\n", attention_kernel_name());
+  for (DType dt : {DType::F32, DType::BF16})
+    for (auto [n_heads, n_kv, hd] : {std::array<int, 3>{4, 2, 64}, std::array<int, 3>{6, 1, 24}}) {
+      std::mt19937 rng(11 + hd);
+      std::normal_distribution<float> nd;
+      const int len = 2 * 2048 + 300, num_blocks = len / kKvBlock + 1;
+      PagedKvLayer kv{dt, n_kv, hd, num_blocks, nullptr, nullptr};
+      std::vector<uint8_t> kmem(size_t(kv.layer_elems()) * dtype_size(dt)), vmem(kmem.size());
+      kv.k = kmem.data();
+      kv.v = vmem.data();
+      std::vector<int32_t> table(static_cast<size_t>(num_blocks));
+      for (int b = 0; b < num_blocks; ++b) table[size_t(b)] = int32_t((b * 37) % num_blocks);  // scattered
+      std::vector<std::vector<float>> keys, vals;
+      for (int p = 0; p < len; ++p) {
+        std::vector<float> k(size_t(n_kv * hd)), v(k.size());
+        for (auto& x : k) x = 2.f * nd(rng);
+        for (auto& x : v) x = nd(rng);
+        kv_write(kv, table.data(), p, k.data(), v.data());
+        if (dt == DType::BF16)
+          for (auto* row : {&k, &v})
+            for (auto& x : *row) x = bf16_to_f32(f32_to_bf16(x));
+        keys.push_back(k);
+        vals.push_back(v);
+      }
+      // A verification of 9 rows across the boundary at 4,096, then 2,048 (one part exactly),
+      // 2,049, 100 (no split alone) and the whole sequence (three parts).
+      std::vector<int32_t> visible;
+      for (int p = 4089; p < 4098; ++p) visible.push_back(p + 1);
+      for (int v : {2048, 2049, 100, len}) visible.push_back(v);
+      const int n = int(visible.size()), ld = n_heads * hd;
+      std::vector<const int32_t*> tables(size_t(n), table.data());
+      std::vector<float> q(size_t(n * ld)), out(q.size(), -1.f), alone(static_cast<size_t>(ld));
+      for (auto& x : q) x = nd(rng);
+      const float scale = 1.f / std::sqrt(float(hd));
+      attention(kv, AttentionRows{n, tables.data(), visible.data()}, q.data(), ld, n_heads, scale, out.data(), ld);
+      for (int r = 0; r < n; ++r) {
+        const std::string where = std::string(dtype_name(dt)) + " hd " + std::to_string(hd) + " visible " +
+                                  std::to_string(visible[size_t(r)]);
+        std::vector<float> qr(q.begin() + r * ld, q.begin() + (r + 1) * ld);
+        const auto want = dense(qr, keys, vals, n_heads, n_kv, hd, visible[size_t(r)], scale);
+        for (int i = 0; i < ld; ++i)
+          ASSERT_NEAR(out[size_t(r * ld + i)], want[size_t(i)], 2e-5) << where << " index " << i;
+        attention(kv, AttentionRows{1, tables.data(), visible.data() + r}, qr.data(), ld, n_heads, scale,
+                  alone.data(), ld);
+        for (int i = 0; i < ld; ++i)
+          ASSERT_EQ(out[size_t(r * ld + i)], alone[size_t(i)]) << where << " alone, index " << i;
+      }
+    }
 }
 
 }  // namespace

@@ -27,7 +27,8 @@ KvCache::KvCache(int n_layers, int n_kv_heads, int head_dim, DType dtype, int64_
   meta_.resize(size_t(num_blocks_));
 }
 
-void KvCache::set_prefix_caching(bool on) {
+void KvCache::set_prefix_caching(bool on, bool share_duplicates) {
+  share_duplicates_ = share_duplicates;
   if (on && block_tokens_.empty()) {
     block_tokens_.assign(size_t(num_blocks_) * kKvBlock, 0);
     cache_.reserve(size_t(num_blocks_));
@@ -229,13 +230,13 @@ void KvCache::commit(int seq, int pos, std::span<const int32_t> tokens) {
     const uint64_t key = block_key(parent, parent_gen, toks);
     if (const auto it = cache_.find(key); it != cache_.end()) {
       const int32_t same = it->second;
-      if (holds(same, parent, parent_gen, toks)) {  // computed twice (one prefix): share the first
+      if (share_duplicates_ && holds(same, parent, parent_gen, toks)) {  // computed twice: share the first
         BlockMeta& o = meta_[size_t(same)];
         if (o.refs++ == 0) lru_remove(same);
         drop_ref(b);
         s.blocks[bi] = same;
       }
-      continue;  // else a key collision with another content: b stays private
+      continue;  // else a key collision with another content, or not shared: b stays private
     }
     BlockMeta& m = meta_[size_t(b)];
     ++m.gen;

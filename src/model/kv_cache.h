@@ -45,15 +45,18 @@ class KvCache {
   int64_t bytes_per_token() const;  // K and V, all layers
   static int64_t bytes_per_token(int n_layers, int n_kv_heads, int head_dim, DType dtype);
 
-  // Prefix caching (off by default). Off, commit() and attach_prefix() do nothing.
-  void set_prefix_caching(bool on);
+  // Prefix caching (off by default). Off, commit() and attach_prefix() do nothing. With
+  // share_duplicates off, a block whose identical key is cached already stays private to its
+  // sequence (for caches whose blocks also depend on a token after them: EAGLE-3's rows).
+  void set_prefix_caching(bool on, bool share_duplicates = true);
   bool prefix_caching() const { return caching_; }
   // Shares with the empty sequence `seq` the longest run of cached blocks that holds the KV of
   // tokens[0, n), n <= max_len: whole blocks only. Sets its length to n and returns n.
   int attach_prefix(int seq, std::span<const int32_t> tokens, int max_len);
   // Positions [pos, pos + tokens.size()) of seq now hold final KV (they are never rewritten), for
   // these tokens; pos is where the last commit ended. Each block this fills is cached, or, when an
-  // identical block is cached already, replaced by that one (its own block goes back to the pool).
+  // identical block is cached already, replaced by that one (its own block goes back to the pool;
+  // with share_duplicates off it stays private).
   void commit(int seq, int pos, std::span<const int32_t> tokens);
   int cached_blocks() const { return int(cache_.size()); }  // blocks that can be shared
 
@@ -94,6 +97,7 @@ class KvCache {
   std::vector<int32_t> free_;
   std::vector<Seq> seqs_;
   bool caching_ = false;
+  bool share_duplicates_ = true;
   std::vector<BlockMeta> meta_;
   std::vector<int32_t> block_tokens_;  // [block][kKvBlock]: the tokens committed to each block
   std::unordered_map<uint64_t, int32_t> cache_;  // key -> cached block

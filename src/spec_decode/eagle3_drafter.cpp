@@ -105,19 +105,43 @@ class Eagle3Drafter : public Drafter {
     const int pairs = feats.rows - 1;
     if (pairs > 0) step(seq, tokens.subspan(1, size_t(pairs)), g_.data(), pos, nullptr);
     st.pending.assign(g_.data() + int64_t(pairs) * hidden(), g_.data() + int64_t(pairs + 1) * hidden());
+    commit(seq, st, tokens, pos, pos + pairs);
   }
 
   void accept(int seq, std::span<const int32_t> committed, int pos, const TargetFeatures& feats) override {
     State& st = states_.at(seq);
+    // After a plain step (no propose() wrote it) row pos - 1, the anchor with the feature before
+    // it, is still to write.
+    if (kv_.length(seq) == pos - 1 && !st.pending.empty())
+      step(seq, committed.subspan(0, 1), st.pending.data(), pos - 1, nullptr);
     fuse(feats, st);
     const int a = feats.rows - 1;  // accepted drafts
     if (a > 0) step(seq, committed.subspan(1, size_t(a)), g_.data(), pos, nullptr);
     st.pending.assign(g_.data() + int64_t(a) * hidden(), g_.data() + int64_t(a + 1) * hidden());
+    commit(seq, st, committed, pos, pos + a);
   }
 
   void end(int seq) override {
     kv_.free_sequence(seq);
     states_.erase(seq);
+  }
+
+  // Prefix caching. Row p pairs token p + 1 with feature p, so a cached block's last row holds
+  // the token after the block, which its key (the tokens of the block and those before it) does
+  // not cover: of a match the last block is dropped and recomputed, as vLLM does for EAGLE, and a
+  // block is never swapped for a cached one with its key (whose last row may pair another token).
+  // Each block before the last matched one is trusted through its child: the child was committed
+  // under this very block by a sequence whose next token, in the child's key, matched too.
+  void enable_prefix_caching() override { kv_.set_prefix_caching(true, false); }
+  int attach_prefix(int seq, std::span<const int32_t> tokens, int max_len) override {
+    const int matched = kv_.attach_prefix(seq, tokens, max_len);
+    const int keep = std::max(0, matched - kKvBlock);
+    kv_.truncate(seq, keep);
+    State& st = states_.at(seq);
+    st.keys.assign(tokens.begin(), tokens.begin() + keep);
+    st.committed = keep;
+    st.pending.clear();  // row keep - 1 is cached: nothing waits for the next token
+    return keep;
   }
 
   void propose(int seq, int32_t anchor, int pos, int k, const DraftSampling& ds, Draft& out) override {
@@ -200,7 +224,23 @@ class Eagle3Drafter : public Drafter {
  private:
   struct State {
     std::vector<float> pending;  // g of the last verified row, waiting for its next token
+    std::vector<int32_t> keys;   // with prefix caching: the sequence's tokens, position by position
+    int committed = 0;           // rows committed to the prefix cache
   };
+
+  // With prefix caching: `tokens` hold positions [pos, ...); rows [st.committed, end) are written
+  // and verified, and are committed under the tokens at their positions (a row's key is its own
+  // position's token; attach_prefix accounts for the next one).
+  void commit(int seq, State& st, std::span<const int32_t> tokens, int pos, int end) {
+    if (!kv_.prefix_caching() || int(st.keys.size()) < pos) return;  // after a gap, nothing
+    st.keys.resize(size_t(pos));
+    st.keys.insert(st.keys.end(), tokens.begin(), tokens.end());
+    end = std::min(end, int(st.keys.size()));
+    if (end <= st.committed) return;
+    kv_.commit(seq, st.committed,
+               std::span<const int32_t>(st.keys).subspan(size_t(st.committed), size_t(end - st.committed)));
+    st.committed = end;
+  }
 
   int64_t hidden() const { return cfg_.layers.hidden_size; }
 

@@ -346,6 +346,151 @@ TEST(DrafterBatch, ProposeBatchGivesEachSequenceWhatProposeGivesItAlone) {
   }
 }
 
+// A drafter's context built in other ways than one extend() gives the same drafts as that
+// extend(): the prompt then one committed token per plain step (accept() without a propose()
+// before it), and a sequence that attaches the cached prefix of an ended one and extends only
+// the rest. EAGLE-3 pairs row p with token p + 1: its cache hit drops the match's last block.
+// f32 drafters, greedy tokens and sampled q.
+TEST(DrafterContext, PlainStepsAndCachedPrefixesGiveTheDraftsOfOneExtend) {
+  Harness h("context", 300, 17, 0.3f);
+  const int n = 53, split = 30, max_len = (n - 1) / kKvBlock * kKvBlock;
+  // x, and y: x with another token right after the longest prefix a hit may cover.
+  std::vector<int32_t> x, y;
+  for (int i = 0; i < n; ++i) x.push_back(int32_t((i * 11 + 7) % 97));
+  y = x;
+  y[size_t(max_len)] = (x[size_t(max_len)] + 1) % 97;
+  for (const std::string kind : {"dspark", "dflash", "eagle3", "eagle3-2l"}) {
+    DrafterSpec s;
+    s.std = 0.5f;
+    const std::string dir = h.drafter(kind, s);
+    SpecConfig cfg = config_for(kind, dir, 4, true, false, 0);
+    auto d = load_drafter(cfg, *h.target, DType::F32), cached = load_drafter(cfg, *h.target, DType::F32);
+    cached->enable_prefix_caching();
+    // The target's features of a whole sequence.
+    auto features = [&](const std::vector<int32_t>& t) {
+      const int tseq = h.kv->create_sequence();
+      Batch b;
+      for (int i = 0; i < n; ++i) b.add(t[size_t(i)], i, tseq, true);
+      ForwardRequest req;
+      req.tap_layers = d->target_layers();
+      req.logits = false;
+      const ForwardOutput& out = h.fwd->run(b, req);
+      std::vector<float> f(out.taps, out.taps + int64_t(n) * out.n_taps * out.hidden);
+      h.kv->free_sequence(tseq);
+      return f;
+    };
+    const std::vector<float> fx = features(x), fy = features(y);
+    const int width = int(fx.size() / size_t(n));
+    auto rows = [&](const std::vector<float>& f, int from, int count) {
+      return TargetFeatures{f.data() + int64_t(from) * width, count, width};
+    };
+    auto span = [](const std::vector<int32_t>& t, int from, int count) {
+      return std::span<const int32_t>(t).subspan(size_t(from), size_t(count));
+    };
+    auto drafts = [&](Drafter& dr, int seq, bool dense) {
+      SamplingParams sp;
+      sp.temperature = dense ? 1.f : 0.f;
+      Rng rng(9);
+      Draft out;
+      dr.propose(seq, 42, n, 4, DraftSampling{dense, sp, &rng}, out);
+      return out;
+    };
+    // Greedy and sampled drafts of `seq` against those of one extend of `t` on `d`.
+    auto check = [&](Drafter& dr, int seq, const std::vector<int32_t>& t, const std::vector<float>& f,
+                     const std::string& what) {
+      const int ref = d->begin();
+      d->extend(ref, t, 0, rows(f, 0, n));
+      for (const bool dense : {false, true}) {
+        const Draft got = drafts(dr, seq, dense), want = drafts(*d, ref, dense);
+        const std::string where = kind + ", " + what + (dense ? ", sampled" : ", greedy");
+        EXPECT_EQ(got.tokens, want.tokens) << where;
+        ASSERT_EQ(got.q.size(), want.q.size()) << where;
+        double worst = 0;
+        for (size_t v = 0; v < want.q.size(); ++v) worst = std::max(worst, std::abs(double(got.q[v]) - double(want.q[v])));
+        EXPECT_LT(worst, 1e-5) << where;
+      }
+      d->end(ref);
+    };
+    // The prompt, then plain steps.
+    const int plain = d->begin();
+    d->extend(plain, span(x, 0, split), 0, rows(fx, 0, split));
+    for (int p = split; p < n; ++p) d->accept(plain, span(x, p, 1), p, rows(fx, p, 1));
+    check(*d, plain, x, fx, "plain steps");
+    d->end(plain);
+    // Cache hits on x's context: x itself, and y, which differs right after what may be reused.
+    const int first = cached->begin();
+    cached->extend(first, x, 0, rows(fx, 0, n));
+    cached->end(first);
+    for (const auto* t : {&x, &y}) {
+      const std::vector<float>& f = t == &x ? fx : fy;
+      const int hit = cached->begin();
+      const int reused = cached->attach_prefix(hit, *t, max_len);
+      EXPECT_EQ(reused, kind.starts_with("eagle3") ? max_len - kKvBlock : max_len) << kind;
+      cached->extend(hit, span(*t, reused, n - reused), reused, rows(f, reused, n - reused));
+      check(*cached, hit, *t, f, t == &x ? "cached prefix" : "cached prefix, another token after it");
+      cached->end(hit);
+    }
+  }
+}
+
+// The serving engine with prefix caching and each kind of backbone or EAGLE-3 drafter, requests
+// one after another. Greedy: f32 output equal to plain decoding; a repeated prompt reuses its
+// cached blocks (EAGLE-3 all but the last of them), and a longer prompt that starts with it (a
+// next turn) reuses them too. Sampled at T = 1 with one seed (these random drafters' greedy
+// drafts are never the target's argmax): the repeat accepts exactly the drafts the first request
+// accepted, so the drafter's reused context is the one it had.
+TEST(DrafterContext, EngineWithPrefixCachingKeepsF32GreedyOutput) {
+  Harness h("context_engine", 300, 19, 0.3f);
+  GenerateParams greedy, sampled;
+  greedy.max_tokens = 24;
+  sampled.max_tokens = 64;
+  sampled.sampling.temperature = 1.f;
+  sampled.sampling.seed = 3;
+  std::vector<int32_t> first, next;
+  for (int i = 0; i < 61; ++i) first.push_back(int32_t((i * 13 + 5) % 89));
+  next = first;
+  for (int i = 0; i < 20; ++i) next.push_back(int32_t((i * 7 + 2) % 89));
+  struct Run {
+    std::vector<int32_t> prompt;
+    GenerateParams gp;
+  };
+  const std::vector<Run> runs = {{first, greedy}, {first, greedy}, {next, greedy}, {first, sampled}, {first, sampled}};
+  for (const std::string kind : {"dspark", "eagle3", "eagle3-2l"}) {
+    DrafterSpec s;
+    s.std = 0.5f;
+    const std::string dir = h.drafter(kind, s);
+    SpecConfig sc = config_for(kind, dir, 4, true, false, 0);
+    EngineOptions opt;
+    opt.enable_prefix_caching = true;
+    Engine e(*h.target, *h.tok, opt, load_drafter(sc, *h.target, DType::F32), sc,
+             std::make_unique<FullBlockPolicy>());
+    std::vector<std::vector<int32_t>> got;
+    std::vector<int64_t> accepted;
+    std::vector<int> cached;
+    for (size_t r = 0; r < runs.size(); ++r) {
+      const int64_t before = e.metrics().spec_num_accepted_tokens;
+      got.emplace_back();
+      cached.push_back(-1);
+      e.submit(EngineRequest("r" + std::to_string(r), runs[r].prompt, runs[r].gp), [&](RequestOutput&& o) {
+        got.back().insert(got.back().end(), o.token_ids.begin(), o.token_ids.end());
+        cached.back() = o.cached_tokens;
+      });
+      for (int step = 0; e.step(); ++step) ASSERT_LT(step, 10000) << kind << ": the engine never finished";
+      accepted.push_back(e.metrics().spec_num_accepted_tokens - before);
+    }
+    for (size_t r = 0; r < 3; ++r) EXPECT_EQ(got[r], h.plain(runs[r].prompt, greedy).tokens) << kind << ", request " << r;
+    const int whole = (int(first.size()) - 1) / kKvBlock * kKvBlock;
+    const int reused = kind.starts_with("eagle3") ? whole - kKvBlock : whole;
+    EXPECT_EQ(cached[0], 0) << kind;
+    EXPECT_EQ(cached[1], reused) << kind;
+    EXPECT_GE(cached[2], reused) << kind;
+    EXPECT_EQ(cached[3], reused) << kind;
+    EXPECT_EQ(got[4], got[3]) << kind << ": the sampled repeat";
+    EXPECT_GT(accepted[3], 0) << kind << ": no draft accepted, so the repeat's count says nothing";
+    EXPECT_EQ(accepted[4], accepted[3]) << kind << ": the repeat drafts differently";
+  }
+}
+
 // A drafter with a draft vocabulary is the full one restricted to the kept ids: its greedy pick
 // is the full drafter's best kept id, and its sampled q is the full q renormalised over them
 // (zero elsewhere), whether its checkpoint holds only those rows of the head or keeps the whole

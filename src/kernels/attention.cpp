@@ -86,8 +86,9 @@ void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, cons
     const int32_t* table = rows.tables[r];
     const float* qh = q + r * ldq + int64_t(h) * hd;
     std::vector<float> s(size_t(std::max(n, 1)));
+    const int st = rows.start ? std::clamp(rows.start[r], 0, n) : 0;
     float mx = -INFINITY;
-    for (int j = 0; j < n; ++j) {
+    for (int j = st; j < n; ++j) {
       int32_t phys = table[j / kKvBlock];
       float acc = 0.f;
       const float ks = scale_at(kv.k_scale, kv, phys, kvh, j % kKvBlock);
@@ -96,10 +97,10 @@ void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, cons
       mx = std::max(mx, s[j]);
     }
     double sum = 0;
-    for (int j = 0; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
+    for (int j = st; j < n; ++j) sum += (s[j] = std::exp(s[j] - mx));
     float* o = out + r * ldo + int64_t(h) * hd;
     for (int d = 0; d < hd; ++d) o[d] = 0.f;
-    for (int j = 0; j < n; ++j) {
+    for (int j = st; j < n; ++j) {
       int32_t phys = table[j / kKvBlock];
       float p = float(s[j] / sum);
       const float vs = scale_at(kv.v_scale, kv, phys, kvh, j % kKvBlock);
@@ -145,7 +146,9 @@ void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q
   constexpr int kSplitKeys = 2048;
   const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads, nkv = kv.n_kv_heads;
   struct Tile {
-    int r0, nr, parts;
+    int r0, nr;
+    int k0;           // the first key any row sees, rounded down to a KV block
+    int first, parts;  // its parts: [first, first + parts) x kSplitKeys
     int64_t task0;    // its first task; the tile has parts x nkv
     int64_t partial;  // offset of its parts' results in `partials` (parts > 1)
   };
@@ -157,11 +160,16 @@ void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q
   tiles.clear();
   int64_t tasks = 0, floats = 0;
   for (int r = 0; r < rows.n;) {
-    int e = r + 1, max_vis = rows.visible[r];
-    while (e < rows.n && e - r < kTileRows && rows.tables[e] == rows.tables[r])
-      max_vis = std::max(max_vis, rows.visible[e++]);
-    const int parts = std::max(1, (max_vis + kSplitKeys - 1) / kSplitKeys);
-    tiles.push_back({r, e - r, parts, tasks, floats});
+    int e = r + 1, max_vis = rows.visible[r], min_start = rows.start ? rows.start[r] : 0;
+    while (e < rows.n && e - r < kTileRows && rows.tables[e] == rows.tables[r]) {
+      max_vis = std::max(max_vis, rows.visible[e]);
+      if (rows.start) min_start = std::min(min_start, rows.start[e]);
+      ++e;
+    }
+    min_start = std::clamp(min_start, 0, std::max(0, max_vis - 1));
+    const int first = min_start / kSplitKeys;
+    const int parts = std::max(1, (max_vis + kSplitKeys - 1) / kSplitKeys - first);
+    tiles.push_back({r, e - r, min_start / kKvBlock * kKvBlock, first, parts, tasks, floats});
     tasks += int64_t(parts) * nkv;
     if (parts > 1) floats += int64_t(parts) * nkv * (e - r) * group * (hd + 2);
     r = e;
@@ -178,9 +186,11 @@ void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q
     const int local = int(task - t.task0), kvh = local % nkv, part = local / nkv;
     const int nq = t.nr * group;
     detail::TileKeys span;
+    span.k0 = t.k0;
+    span.start = rows.start ? rows.start + t.r0 : nullptr;
     if (t.parts > 1) {
-      span.k0 = part * kSplitKeys;
-      span.k1 = span.k0 + kSplitKeys;
+      span.k0 = std::max(t.k0, (t.first + part) * kSplitKeys);
+      span.k1 = (t.first + part + 1) * kSplitKeys;
       span.partial = partials.data() + t.partial + int64_t(part * nkv + kvh) * nq * (hd + 2);
     }
     tile_fn(kv, rows.tables[t.r0], rows.visible + t.r0, t.nr, q + t.r0 * ldq, ldq, group, kvh, scale,

@@ -43,13 +43,15 @@ struct PagedKvLayer {
 void kv_write(const PagedKvLayer& kv, const int32_t* block_table, int pos, const float* k_row,
               const float* v_row);
 
-// The query rows of one attention call. Row r attends to positions [0, visible[r]) of the
+// The query rows of one attention call. Row r attends to positions [start[r], visible[r]) of the
 // sequence whose block table is tables[r]: visible = pos + 1 is causal; a block of draft
-// rows that all use the block's end sees itself bidirectionally plus everything before it.
+// rows that all use the block's end sees itself bidirectionally plus everything before it;
+// start > 0 is a sliding window (no start: every row starts at 0).
 struct AttentionRows {
   int n = 0;
   const int32_t* const* tables = nullptr;  // [n] block table of each row's sequence
   const int32_t* visible = nullptr;        // [n]
+  const int32_t* start = nullptr;          // [n], or nullptr
 };
 
 // out[r, h*hd:(h+1)*hd] = softmax(scale * q_h · Kᵀ) · V over the visible keys, GQA heads
@@ -68,13 +70,15 @@ void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q
 const char* attention_kernel_name();
 
 namespace detail {
-// The keys [k0, k1) of a tile call (k0 a multiple of kKvBlock). With `partial`, the call leaves
+// The keys [k0, k1) of a tile call (k0 a multiple of kKvBlock), and where each row's keys start
+// (start[r] >= k0 masks the positions before it; nullptr: none). With `partial`, the call leaves
 // its unnormalised outputs ([nq][head_dim], nq = rows x group), running maxima ([nq]) and sums
 // ([nq]) there for attention()'s merge, instead of writing out.
 struct TileKeys {
   int k0 = 0;
   int k1 = INT32_MAX;
   float* partial = nullptr;
+  const int32_t* start = nullptr;
 };
 void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                          int n_heads, float scale, float* out, int64_t ldo);

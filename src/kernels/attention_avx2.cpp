@@ -175,12 +175,14 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     // Mask and online softmax: s becomes the block's probabilities, o is rescaled.
     for (qi = 0; qi < nq; ++qi) {
       const int lim = std::min(nkeys, visible[qi / group] - b0);
+      const int lo = span.start ? std::max(0, span.start[qi / group] - b0) : 0;
       float* sr = s + qi * kKvBlock;
-      if (lim <= 0) {  // this row sees none of the block: leave its output as it is
+      if (lim <= lo) {  // this row sees none of the block: leave its output as it is
         for (int j = 0; j < kKvBlock; ++j) sr[j] = 0.f;
         alpha_buf[qi] = 1.f;
         continue;
       }
+      for (int j = 0; j < lo; ++j) sr[j] = -INFINITY;
       for (int j = lim; j < kKvBlock; ++j) sr[j] = -INFINITY;
       __m256 s0 = _mm256_loadu_ps(sr), s1 = _mm256_loadu_ps(sr + 8);
       const float new_max = std::max(mx[qi], avx2::hmax(_mm256_max_ps(s0, s1)));

@@ -168,13 +168,14 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     // Mask and online softmax: s becomes the block's probabilities, o is rescaled.
     for (qi = 0; qi < nq; ++qi) {
       const int lim = std::min(kKvBlock, visible[qi / group] - b0);
+      const int lo = span.start ? std::max(0, span.start[qi / group] - b0) : 0;
       float* sr = s + qi * kKvBlock;
-      if (lim <= 0) {  // this row sees none of the block: leave its output as it is
+      if (lim <= lo) {  // this row sees none of the block: leave its output as it is
         _mm512_storeu_ps(sr, _mm512_setzero_ps());
         alpha_buf[qi] = 1.f;
         continue;
       }
-      const __mmask16 seen = __mmask16((1u << lim) - 1u);
+      const __mmask16 seen = __mmask16(((1u << lim) - 1u) & ~((1u << lo) - 1u));
       const __m512 sv = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), seen, sr);
       const float new_max = std::max(mx[qi], _mm512_reduce_max_ps(sv));
       const float alpha = std::exp(mx[qi] - new_max);  // 0 on the first block (mx = -inf)

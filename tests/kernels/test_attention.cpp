@@ -18,22 +18,22 @@ namespace {
 // Dense attention in double precision over keys/values given as plain arrays.
 std::vector<double> dense(const std::vector<float>& q, const std::vector<std::vector<float>>& keys,
                           const std::vector<std::vector<float>>& vals, int n_heads, int n_kv, int hd, int visible,
-                          float scale) {
+                          float scale, int start = 0) {
   std::vector<double> out(size_t(n_heads * hd), 0.0);
   const int group = n_heads / n_kv;
   for (int h = 0; h < n_heads; ++h) {
     const int kvh = h / group;
     std::vector<double> s(static_cast<size_t>(visible));
     double mx = -1e300;
-    for (int j = 0; j < visible; ++j) {
+    for (int j = start; j < visible; ++j) {
       double acc = 0;
       for (int d = 0; d < hd; ++d) acc += double(q[size_t(h * hd + d)]) * keys[size_t(j)][size_t(kvh * hd + d)];
       s[size_t(j)] = acc * scale;
       mx = std::max(mx, s[size_t(j)]);
     }
     double sum = 0;
-    for (auto& v : s) sum += (v = std::exp(v - mx));
-    for (int j = 0; j < visible; ++j)
+    for (int j = start; j < visible; ++j) sum += (s[size_t(j)] = std::exp(s[size_t(j)] - mx));
+    for (int j = start; j < visible; ++j)
       for (int d = 0; d < hd; ++d) out[size_t(h * hd + d)] += s[size_t(j)] / sum * vals[size_t(j)][size_t(kvh * hd + d)];
   }
   return out;
@@ -173,10 +173,13 @@ TEST(Attention, DispatchedKernelMatchesDense) {
 // (flash-decoding) and merged. Checked against dense attention in double, and bitwise against the
 // same row attended alone: rows on either side of a part boundary, one that sees exactly one
 // part, one that sees none of the later parts, all in one tile with rows that see three parts.
-TEST(Attention, SplitAlongTheSequenceMatchesDenseAndIsBatchInvariant) {
-  std::printf("attention kernel: %s\n", attention_kernel_name());
+// With `windows`, rows also start past 0 (sliding windows): inside a block, on a block edge,
+// across a part boundary, a window larger than the row's prefix, and rows of different starts in
+// one tile. Head dimension 12 runs the reference path.
+void check_long_rows(bool windows) {
   for (DType dt : {DType::F32, DType::BF16})
-    for (auto [n_heads, n_kv, hd] : {std::array<int, 3>{4, 2, 64}, std::array<int, 3>{6, 1, 24}}) {
+    for (auto [n_heads, n_kv, hd] :
+         {std::array<int, 3>{4, 2, 64}, std::array<int, 3>{6, 1, 24}, std::array<int, 3>{4, 2, 12}}) {
       std::mt19937 rng(11 + hd);
       std::normal_distribution<float> nd;
       const int len = 2 * 2048 + 300, num_blocks = len / kKvBlock + 1;
@@ -200,28 +203,44 @@ TEST(Attention, SplitAlongTheSequenceMatchesDenseAndIsBatchInvariant) {
       }
       // A verification of 9 rows across the boundary at 4,096, then 2,048 (one part exactly),
       // 2,049, 100 (no split alone) and the whole sequence (three parts).
-      std::vector<int32_t> visible;
+      std::vector<int32_t> visible, start;
       for (int p = 4089; p < 4098; ++p) visible.push_back(p + 1);
       for (int v : {2048, 2049, 100, len}) visible.push_back(v);
+      for (int32_t v : visible) start.push_back(windows ? std::max(0, v - 1000) : 0);
+      if (windows) {
+        start[1] = 4093, start[2] = 4090, start[9] = 2000, start[12] = 7;  // other windows
+        start[11] = 80, start[10] = 2048;  // a block edge, a part boundary
+      }
       const int n = int(visible.size()), ld = n_heads * hd;
       std::vector<const int32_t*> tables(size_t(n), table.data());
       std::vector<float> q(size_t(n * ld)), out(q.size(), -1.f), alone(static_cast<size_t>(ld));
       for (auto& x : q) x = nd(rng);
       const float scale = 1.f / std::sqrt(float(hd));
-      attention(kv, AttentionRows{n, tables.data(), visible.data()}, q.data(), ld, n_heads, scale, out.data(), ld);
+      attention(kv, AttentionRows{n, tables.data(), visible.data(), start.data()}, q.data(), ld, n_heads, scale,
+                out.data(), ld);
       for (int r = 0; r < n; ++r) {
         const std::string where = std::string(dtype_name(dt)) + " hd " + std::to_string(hd) + " visible " +
-                                  std::to_string(visible[size_t(r)]);
+                                  std::to_string(visible[size_t(r)]) + " start " + std::to_string(start[size_t(r)]);
         std::vector<float> qr(q.begin() + r * ld, q.begin() + (r + 1) * ld);
-        const auto want = dense(qr, keys, vals, n_heads, n_kv, hd, visible[size_t(r)], scale);
+        const auto want = dense(qr, keys, vals, n_heads, n_kv, hd, visible[size_t(r)], scale, start[size_t(r)]);
         for (int i = 0; i < ld; ++i)
           ASSERT_NEAR(out[size_t(r * ld + i)], want[size_t(i)], 2e-5) << where << " index " << i;
-        attention(kv, AttentionRows{1, tables.data(), visible.data() + r}, qr.data(), ld, n_heads, scale,
-                  alone.data(), ld);
+        attention(kv, AttentionRows{1, tables.data(), visible.data() + r, start.data() + r}, qr.data(), ld, n_heads,
+                  scale, alone.data(), ld);
         for (int i = 0; i < ld; ++i)
           ASSERT_EQ(out[size_t(r * ld + i)], alone[size_t(i)]) << where << " alone, index " << i;
       }
     }
+}
+
+TEST(Attention, SplitAlongTheSequenceMatchesDenseAndIsBatchInvariant) {
+  std::printf("attention kernel: %s\n", attention_kernel_name());
+  check_long_rows(false);
+}
+
+TEST(Attention, SlidingWindowsMatchDenseAndAreBatchInvariant) {
+  std::printf("attention kernel: %s\n", attention_kernel_name());
+  check_long_rows(true);
 }
 
 }  // namespace

@@ -91,11 +91,12 @@ void rope_tables(const Rope& rope, const int32_t* positions, int n, float* cos, 
 }
 
 LayerRows SeqRows::make_blocks(const Rope& rope, std::span<const Block> blocks,
-                               Visibility v) {
+                               Visibility v, int window) {
   int n = 0;
   for (const Block& b : blocks) n += b.n;
   positions.resize(size_t(n));
   visible.resize(size_t(n));
+  start.resize(size_t(n));
   tables.resize(size_t(n));
   const size_t half = rope.inv_freq.size();
   cos.resize(size_t(n) * half);
@@ -105,11 +106,17 @@ LayerRows SeqRows::make_blocks(const Rope& rope, std::span<const Block> blocks,
     for (int i = 0; i < b.n; ++i, ++row) {
       positions[size_t(row)] = b.p0 + i;
       visible[size_t(row)] = v == Visibility::Causal ? b.p0 + i + 1 : b.p0 + b.n;
+      start[size_t(row)] = window <= 0 ? 0 : std::max(0, (v == Visibility::Causal ? b.p0 + i + 1 : b.p0) - window);
       tables[size_t(row)] = b.table;
     }
   rope_tables(rope, positions.data(), n, cos.data(), sin.data());
-  return {n,          positions.data(), tables.data(), v == Visibility::None ? nullptr : visible.data(),
-          cos.data(), sin.data()};
+  return {n,
+          positions.data(),
+          tables.data(),
+          v == Visibility::None ? nullptr : visible.data(),
+          cos.data(),
+          sin.data(),
+          window > 0 ? start.data() : nullptr};
 }
 
 void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvLayer& kv,
@@ -123,7 +130,7 @@ void attention_block(const ModelConfig& c, const LayerWeights& L, const PagedKvL
   mark(1);
   qk_rope_write(c, L, kv, rows, s.qkv.data(), qkv_ld, c.q_dim(), /*has_q=*/true);
   mark(2);
-  attention(kv, AttentionRows{n, rows.tables, rows.visible}, s.qkv.data(), qkv_ld, c.num_heads,
+  attention(kv, AttentionRows{n, rows.tables, rows.visible, rows.start}, s.qkv.data(), qkv_ld, c.num_heads,
             1.f / std::sqrt(float(c.head_dim)), s.attn.data(), c.q_dim());
   mark(3);
   gemm(s.attn.data(), n, c.q_dim(), L.o, residual, H, /*accumulate=*/true);

@@ -22,6 +22,7 @@ struct LayerRows {
   const int32_t* visible = nullptr;
   const float* cos = nullptr;
   const float* sin = nullptr;
+  const int32_t* start = nullptr;  // the first key each row sees (nullptr: 0)
 };
 
 // The rows of n consecutive positions p0.. of one sequence (drafters run their blocks and context
@@ -33,17 +34,19 @@ struct SeqRows {
     Causal,      // row i sees keys < p0 + i + 1
     WholeBlock,  // every row sees the whole block and all context: keys < p0 + n
   };
-  Buffer<int32_t> positions, visible;
+  Buffer<int32_t> positions, visible, start;
   Buffer<const int32_t*> tables;
   Buffer<float> cos, sin;
   // The rows of several sequences' blocks one after another (drafters batching their rounds or
   // their context rows): block b is n positions p0.. of the sequence with `table`, each with
-  // the visibility rule `v` within its own block.
+  // the visibility rule `v` within its own block. With a `window` > 0 a row sees only the last
+  // `window` keys before its block (WholeBlock: a draft block's context) or up to itself
+  // (Causal), as a drafter's sliding_window says.
   struct Block {
     const int32_t* table;
     int p0, n;
   };
-  LayerRows make_blocks(const Rope& rope, std::span<const Block> blocks, Visibility v);
+  LayerRows make_blocks(const Rope& rope, std::span<const Block> blocks, Visibility v, int window = 0);
   // One block.
   LayerRows make(const Rope& rope, const int32_t* table, int p0, int n, Visibility v) {
     const Block b{table, p0, n};

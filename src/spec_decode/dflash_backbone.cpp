@@ -231,7 +231,7 @@ void DflashBackbone::draft_logits(std::span<const DraftJob> jobs, int first_row,
   h_.resize(size_t(n) * size_t(H));
   out_.resize(size_t(n) * size_t(H));
   embed_rows(embed_->data, embed_->dtype, int(H), block_tokens_.data(), n, h_.data(), H);
-  const LayerRows lr = rows_.make_blocks(rope_, blocks_, SeqRows::Visibility::WholeBlock);
+  const LayerRows lr = rows_.make_blocks(rope_, blocks_, SeqRows::Visibility::WholeBlock, cfg_.sliding_window);
   for (int l = 0; l < L.num_layers; ++l)
     decoder_layer(L, layers_[size_t(l)], kv_.layer(l), lr, h_.data(), scratch_);
   for (const DraftJob& j : jobs)

@@ -47,6 +47,19 @@ int int_field(const json& j, const char* key, const std::string& src, int dflt, 
   return j[key].get<int>();
 }
 
+// "sliding_window": a positive integer, or null / absent (none); HF configs that carry one with
+// "use_sliding_window": false do not use it.
+int window_field(const json& j, const std::string& src) {
+  if (!j.contains("sliding_window") || j["sliding_window"].is_null()) return 0;
+  if (j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() &&
+      !j["use_sliding_window"].get<bool>())
+    return 0;
+  const json& w = j["sliding_window"];
+  if (!w.is_number_integer() || w.get<int64_t>() < 1 || w.get<int64_t>() > INT32_MAX)
+    fail(src, ": field 'sliding_window' must be a positive integer or null, got ", w.dump());
+  return w.get<int>();
+}
+
 bool bool_field(const json& j, const char* key, const std::string& src, bool dflt) {
   if (!j.contains(key) || j[key].is_null()) return dflt;
   if (!j[key].is_boolean()) fail(src, ": field '", key, "' must be true or false, got ", j[key].dump());
@@ -104,6 +117,7 @@ DrafterConfig DrafterConfig::load(const std::string& dir) {
         c.speculative_tokens = pm[0]["speculative_tokens"].get<int>();
     }
     c.draft_vocab_size = int_field(j, "draft_vocab_size", path, 0, false);
+    c.sliding_window = window_field(j, path);
     if (c.method == SpecMethod::Eagle3) {
       c.norm_before_residual = bool_field(j, "norm_before_residual", path, true);
     } else {
@@ -137,6 +151,7 @@ DrafterConfig DrafterConfig::load(const std::string& dir) {
     c.mask_token_id = int_field(f, "mask_token_id", path, 0, true);
     c.num_target_layers = int_field(f, "num_target_layers", path, 0, false);
     c.draft_vocab_size = int_field(f, "draft_vocab_size", path, 0, false);
+    c.sliding_window = window_field(f, path);
     if (dspark) read_markov(c, f, path);
   }
   if (c.method != SpecMethod::Eagle3) {
@@ -160,6 +175,7 @@ json DrafterConfig::to_deepspec_json() const {
   j["mask_token_id"] = mask_token_id;
   if (num_target_layers) j["num_target_layers"] = num_target_layers;
   if (draft_vocab_size) j["draft_vocab_size"] = draft_vocab_size;
+  if (sliding_window) j["sliding_window"] = sliding_window;
   j["tie_word_embeddings"] = false;
   if (method == SpecMethod::DSpark) {
     j["markov_rank"] = markov_rank;

@@ -30,6 +30,11 @@ struct DrafterConfig {
   // drafts over the draft vocabulary. Set by draft_vocab_map.
   bool keeps_full_head = true;
   bool norm_before_residual = true;   // EAGLE-3
+  // config.json's "sliding_window" (null, absent, or beside "use_sliding_window": false: none):
+  // DSpark / DFlash blocks attend to the last sliding_window context positions before their
+  // anchor, and an EAGLE-3 row to the last sliding_window rows up to its own, so a round costs the
+  // same at any context length. 0: the whole context.
+  int sliding_window = 0;
   int speculative_tokens = 0;      // the drafter's own default (0: none)
   // Run-time, not in config.json: the speculative config's "quantization": "int8" (the drafter's
   // matrices in weight-only int8 after loading; see quantize_int8_if_paired).

@@ -303,7 +303,7 @@ class Eagle3Drafter : public Drafter {
       if (cfg_.norm_before_residual) std::memcpy(r, in_.data() + int64_t(i) * 2 * H + H, size_t(H) * 4);
       else std::memcpy(r, g + int64_t(i) * H, size_t(H) * 4);
     }
-    const LayerRows lr = rows_.make_blocks(rope_, blocks, SeqRows::Visibility::Causal);
+    const LayerRows lr = rows_.make_blocks(rope_, blocks, SeqRows::Visibility::Causal, cfg_.sliding_window);
     attention_block(L, layer_, kv_.layer(0), lr, in_.data(), 2 * H, res_.data(), scratch_);
     mlp_block(L, layer_, n, res_.data(), scratch_);
     for (size_t i = 0; i < upper_.size(); ++i) decoder_layer(L, upper_[i], kv_.layer(int(i) + 1), lr, res_.data(), scratch_);

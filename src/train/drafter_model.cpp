@@ -90,12 +90,13 @@ BlockDrafterImpl::BlockDrafterImpl(const DrafterConfig& c, int64_t target_hidden
   inv_freq = register_buffer("inv_freq", torch::from_blob(inv.data(), {int64_t(inv.size())}, torch::kFloat32).clone());
 }
 
-torch::Tensor block_attention_mask(const torch::Tensor& anchors, int64_t T, int64_t gamma) {
+torch::Tensor block_attention_mask(const torch::Tensor& anchors, int64_t T, int64_t gamma, int64_t window) {
   const int64_t N = anchors.size(0);
   const auto i64 = anchors.options().dtype(torch::kInt64);
   auto ctx_pos = torch::arange(T, i64).unsqueeze(0);                               // [1, T]
   auto anchor_rows = anchors.repeat_interleave(gamma).unsqueeze(1);                // [N*g, 1]
   auto ctx_visible = ctx_pos < anchor_rows;                                        // [N*g, T]
+  if (window > 0) ctx_visible = ctx_visible & (ctx_pos >= anchor_rows - window);
   auto block_id = torch::arange(N, i64).repeat_interleave(gamma);                  // [N*g]
   auto blk_visible = block_id.unsqueeze(1) == block_id.unsqueeze(0);               // [N*g, N*g]
   auto visible = torch::cat({ctx_visible, blk_visible}, 1);
@@ -109,7 +110,7 @@ torch::Tensor BlockDrafterImpl::backbone(const torch::Tensor& features, const to
   auto ctx = hidden_norm(fc(features));  // computed once, shared by every layer
   auto [ccos, csin] = rope_at(inv_freq, torch::arange(T, block_pos.options().dtype(torch::kInt64)));
   auto [bcos, bsin] = rope_at(inv_freq, block_pos.reshape({-1}));
-  auto mask = block_attention_mask(anchors, T, gamma);
+  auto mask = block_attention_mask(anchors, T, gamma, cfg.sliding_window);
   auto h = block_embeds.reshape({N * gamma, -1});
   for (auto& layer : *layers) h = layer->as<DraftLayer>()->forward(h, ctx, bcos, bsin, ccos, csin, mask);
   return norm(h);

@@ -63,7 +63,8 @@ TORCH_MODULE(BlockDrafter);
 
 // The block-attention mask: query (block j, slot k) sees context t < anchor_j and every slot
 // of block j; nothing of other blocks. [N*gamma, T + N*gamma], 0 or -inf.
-torch::Tensor block_attention_mask(const torch::Tensor& anchors, int64_t T, int64_t gamma);
+// With window > 0 a block sees only the last `window` context positions before its anchor.
+torch::Tensor block_attention_mask(const torch::Tensor& anchors, int64_t T, int64_t gamma, int64_t window = 0);
 
 // The first EAGLE-3 layer: its attention input is [input_norm(embed(x)) ; hidden_norm(g)].
 struct Eagle3LayerImpl : torch::nn::Module {

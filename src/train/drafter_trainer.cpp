@@ -50,7 +50,7 @@ using torch::indexing::Slice;
 json DrafterTrainConfig::to_json() const {
   return {{"method", spec_method_name(method)}, {"target", target}, {"data", data}, {"out", out}, {"layers", layers},
           {"drafts", drafts}, {"markov_rank", markov_rank}, {"markov_head", markov_head}, {"confidence", confidence},
-          {"anchors", anchors}, {"epochs", epochs}, {"steps", steps}, {"batch", batch}, {"lr", lr},
+          {"anchors", anchors}, {"sliding_window", sliding_window}, {"epochs", epochs}, {"steps", steps}, {"batch", batch}, {"lr", lr},
           {"warmup_ratio", warmup_ratio}, {"min_lr_ratio", min_lr_ratio}, {"weight_decay", weight_decay}, {"clip", clip},
           {"ce_weight", ce_weight}, {"l1_weight", l1_weight}, {"conf_weight", conf_weight}, {"decay", decay},
           {"validation_fraction", validation_fraction}, {"seed", seed}, {"precision", precision}, {"world_size", world_size},
@@ -98,6 +98,7 @@ DrafterConfig drafter_config(const DrafterTrainConfig& c, const Frozen& fz, cons
   d.target_layer_ids = layer_ids;
   d.num_target_layers = fz.cfg.num_layers;
   d.mask_token_id = fz.mask_token;
+  d.sliding_window = c.sliding_window;
   if (c.method == SpecMethod::DSpark) {
     d.block_size = c.drafts;
     d.markov_rank = c.markov_rank;
@@ -241,9 +242,17 @@ torch::Tensor eagle3_sequence_loss(Eagle3Drafter& m, const Frozen& fz, const Tra
     auto hn = layer.hidden_norm(feature);
     auto in = torch::cat({layer.input_layernorm(fz.embed.index({x})), hn}, -1);
     auto residual = m->cfg.norm_before_residual ? hn : feature;
-    // Mask [n, (step+1) n]: causal over step 0, the diagonal of later steps.
+    // Mask [n, (step+1) n]: causal over step 0, the diagonal of later steps. With a sliding window
+    // W the row of step s at t (position t + s) sees only positions t + s + 1 - W and later: step
+    // 0's rows from there, and step i's row at t + i when i >= s + 1 - W.
+    const int W = m->cfg.sliding_window;
     std::vector<torch::Tensor> blocks{causal};
-    for (int i = 1; i <= step; ++i) blocks.push_back(diag);
+    if (W > 0) {
+      auto idx = torch::arange(n, torch::TensorOptions(dev).dtype(torch::kInt64));
+      blocks[0] = causal.masked_fill(idx.unsqueeze(0) < idx.unsqueeze(1) + (step + 1 - W), -inf);
+    }
+    for (int i = 1; i <= step; ++i)
+      blocks.push_back(W > 0 && i < step + 1 - W ? torch::full({n, n}, -inf, f32) : diag);
     auto att_mask = torch::cat(blocks, 1).to(torch::kFloat32);
     auto [cos, sin] = rope_at(m->inv_freq, t_idx + step);
     auto out = residual + layer.self_attn->o_proj(attend(*layer.self_attn, in, 0, cos, sin, att_mask));
@@ -341,6 +350,7 @@ void save_drafter(torch::nn::Module& m, const DrafterConfig& dc, const std::stri
            {"draft_vocab_size", vocab},
            {"eagle_aux_hidden_state_layer_ids", aux},
            {"norm_before_residual", dc.norm_before_residual}};
+    if (dc.sliding_window) cfg["sliding_window"] = dc.sliding_window;
   } else {
     cfg = dc.to_deepspec_json();
   }
@@ -451,6 +461,7 @@ void adopt_init_shape(DrafterTrainConfig& c, const DrafterConfig& d) {
   }
   if (!c.target_layers.empty() && c.target_layers != d.target_layer_ids)
     fail("flag --target-layers differs from the target_layer_ids of --init ", d.path);
+  if (c.sliding_window == 0) c.sliding_window = d.sliding_window;  // kept unless the flag sets one
 }
 
 // The --init drafter's config for this target: vocabulary and depth must be the target's.
@@ -552,6 +563,7 @@ void check_resumed_run(const DrafterTrainConfig& c) {
   if (c.method == SpecMethod::DSpark)
     fields.insert(fields.end(), {{"markov_rank", "--markov-rank"}, {"markov_head", "--markov-head"},
                                  {"confidence", "--no-confidence"}});
+  fields.push_back({"sliding_window", "--sliding-window"});
   fields.insert(fields.end(), {{"init", "--init", true}, {"online", "--online"}, {"prompts", "--prompts", true},
                                {"store", "--store"}, {"max_tokens", "--max-tokens"},
                                {"target_layers", "--target-layers"}});

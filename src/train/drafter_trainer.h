@@ -34,6 +34,7 @@ struct DrafterTrainConfig {
   std::string markov_head = "vanilla";
   bool confidence = true;
   int anchors = 512;   // per sequence (DSpark / DFlash)
+  int sliding_window = 0;  // DrafterConfig::sliding_window (0: the whole context)
   int epochs = 1;
   int64_t steps = 0;   // 0: epochs over the training samples
   int batch = 8;       // sequences per optimizer step (global, over all processes)

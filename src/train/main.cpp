@@ -151,6 +151,8 @@ int cmd_drafter(int argc, char** argv) {
       .flag("markov-head", "vanilla, gated or rnn", true, "vanilla")
       .flag("no-confidence", "DSpark without the confidence head", false)
       .flag("anchors", "anchors per sequence", true, "512")
+      .flag("sliding-window", "the drafter's sliding_window: context positions a block (EAGLE-3: a row) attends to, "
+            "written to its config.json (0: --init's, else the whole context)", true, "0")
       .flag("epochs", "passes over the training samples", true, "1")
       .flag("steps", "optimizer steps (0: from --epochs)", true, "0")
       .flag("batch", "sequences per optimizer step (global)", true, "8")
@@ -239,6 +241,7 @@ int cmd_drafter(int argc, char** argv) {
   c.markov_head = a.str("markov-head");
   c.confidence = !a.on("no-confidence");
   c.anchors = int(a.integer("anchors", 1, kFlagIntMax));
+  c.sliding_window = int(a.integer("sliding-window", 0, kFlagIntMax));
   c.epochs = int(a.integer("epochs", 1, kFlagIntMax));
   c.steps = a.integer("steps", 0, kFlagInt64Max);
   c.batch = int(a.integer("batch", 1, kMaxBatch));

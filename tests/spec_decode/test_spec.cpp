@@ -491,6 +491,88 @@ TEST(DrafterContext, EngineWithPrefixCachingKeepsF32GreedyOutput) {
   }
 }
 
+// config.json's "sliding_window": read, written by to_deepspec_json, off beside
+// "use_sliding_window": false (as HF configs carry it), refused naming the field when it is not a
+// positive integer. With a window of W, a block (an EAGLE-3 row) never reads the context before
+// its last W positions: a context that differs only there gives the same drafts, bitwise, and a
+// window longer than the context gives the drafts of no window. (One-layer EAGLE-3: a second
+// layer's keys carry what the first saw, as in any stack of windowed layers.)
+TEST(DrafterContext, SlidingWindowHidesTheContextBeforeIt) {
+  Harness h("window", 300, 23, 0.3f);
+  const int n = 47, W = 12;
+  std::vector<int32_t> x, z;
+  for (int i = 0; i < n; ++i) x.push_back(int32_t((i * 11 + 7) % 97));
+  z = x;
+  for (int i = 0; i < n - W - 1; ++i) z[size_t(i)] = int32_t((i * 5 + 3) % 97);
+  for (const std::string kind : {"dspark", "dflash", "eagle3"}) {
+    DrafterSpec s;
+    s.std = 0.5f;
+    const std::string dir = h.drafter(kind, s);
+    const fs::path cfg_path = fs::path(dir) / "config.json";
+    const nlohmann::json original = nlohmann::json::parse(slurp(cfg_path.string()));
+    auto load_with = [&](const nlohmann::json& window, const nlohmann::json& use = nullptr) {
+      nlohmann::json j = original;
+      j["sliding_window"] = window;
+      if (!use.is_null()) j["use_sliding_window"] = use;
+      std::ofstream(cfg_path) << j.dump();
+      SpecConfig cfg = config_for(kind, dir, 4, true, false, 0);
+      return load_drafter(cfg, *h.target, DType::F32);
+    };
+    EXPECT_EQ(DrafterConfig::load(dir).sliding_window, 0) << kind;
+    // Features: the target's of x, and for z the same rows with the early ones replaced.
+    const int tseq = h.kv->create_sequence();
+    Batch b;
+    for (int i = 0; i < n; ++i) b.add(x[size_t(i)], i, tseq, true);
+    auto none = load_with(nullptr);
+    ForwardRequest req;
+    req.tap_layers = none->target_layers();
+    req.logits = false;
+    const ForwardOutput& out = h.fwd->run(b, req);
+    const int width = out.n_taps * out.hidden;
+    const std::vector<float> fx(out.taps, out.taps + int64_t(n) * width);
+    std::vector<float> fz = fx;
+    for (int64_t i = 0; i < int64_t(n - W - 1) * width; ++i) fz[size_t(i)] = -0.5f * fz[size_t(i)] + 0.1f;
+    h.kv->free_sequence(tseq);
+    auto drafts = [&](Drafter& d, const std::vector<int32_t>& t, const std::vector<float>& f) {
+      const int seq = d.begin();
+      d.extend(seq, t, 0, TargetFeatures{f.data(), n, width});
+      SamplingParams sp;
+      sp.temperature = 1.f;
+      Rng rng(4);
+      Draft dr;
+      d.propose(seq, 42, n, 4, DraftSampling{true, sp, &rng}, dr);
+      d.end(seq);
+      return dr;
+    };
+    const Draft plain_x = drafts(*none, x, fx), plain_z = drafts(*none, z, fz);
+    EXPECT_NE(plain_x.q, plain_z.q) << kind << ": the early context changes nothing even without a window";
+    auto windowed = load_with(W);
+    EXPECT_EQ(DrafterConfig::load(dir).sliding_window, W) << kind;
+    const Draft wx = drafts(*windowed, x, fx), wz = drafts(*windowed, z, fz);
+    EXPECT_EQ(wz.tokens, wx.tokens) << kind;
+    EXPECT_EQ(wz.q, wx.q) << kind << ": a windowed drafter read the context before its window";
+    EXPECT_NE(wx.q, plain_x.q) << kind << ": the window changes nothing";
+    auto wide = load_with(n + 10);
+    EXPECT_EQ(drafts(*wide, x, fx).q, plain_x.q) << kind << ": a window longer than the context";
+    auto off = load_with(W, false);
+    EXPECT_EQ(DrafterConfig::load(dir).sliding_window, 0) << kind << ": use_sliding_window false";
+    for (const nlohmann::json& bad : {nlohmann::json(0), nlohmann::json(-3), nlohmann::json("64")}) {
+      nlohmann::json j = original;
+      j["sliding_window"] = bad;
+      std::ofstream(cfg_path) << j.dump();
+      EXPECT_NE(error_of([&] { DrafterConfig::load(dir); }).find("field 'sliding_window' must be a positive integer"),
+                std::string::npos)
+          << kind << " " << bad.dump();
+    }
+    std::ofstream(cfg_path) << original.dump();
+  }
+  DrafterConfig dc = DrafterConfig::load(h.drafter("dspark"));
+  dc.sliding_window = 128;
+  EXPECT_EQ(dc.to_deepspec_json()["sliding_window"], 128);
+  dc.sliding_window = 0;
+  EXPECT_FALSE(dc.to_deepspec_json().contains("sliding_window"));
+}
+
 // A drafter with a draft vocabulary is the full one restricted to the kept ids: its greedy pick
 // is the full drafter's best kept id, and its sampled q is the full q renormalised over them
 // (zero elsewhere), whether its checkpoint holds only those rows of the head or keeps the whole

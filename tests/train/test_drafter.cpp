@@ -126,16 +126,20 @@ TEST(DrafterBlocks, AnchorsAndMasksMatchBruteForce) {
       }
     }
   }
-  // The attention mask, brute force: block j slot k sees context t < a_j and its own block.
-  auto m = block_attention_mask(torch::tensor(anchors), 12, g);
-  ASSERT_EQ(m.size(0), 8);
-  ASSERT_EQ(m.size(1), 12 + 8);
-  for (int r = 0; r < 8; ++r)
-    for (int c = 0; c < 20; ++c) {
-      const int j = r / g;
-      const bool visible = c < 12 ? c < anchors[size_t(j)] : (c - 12) / g == j;
-      EXPECT_EQ(std::isinf(m[r][c].item<float>()), !visible) << r << "," << c;
-    }
+  // The attention mask, brute force: block j slot k sees context t < a_j (with a window w,
+  // a_j - w <= t too) and its own block.
+  for (int w : {0, 3}) {
+    auto m = block_attention_mask(torch::tensor(anchors), 12, g, w);
+    ASSERT_EQ(m.size(0), 8);
+    ASSERT_EQ(m.size(1), 12 + 8);
+    for (int r = 0; r < 8; ++r)
+      for (int c = 0; c < 20; ++c) {
+        const int j = r / g;
+        const int a = int(anchors[size_t(j)]);
+        const bool visible = c < 12 ? c < a && (w == 0 || c >= a - w) : (c - 12) / g == j;
+        EXPECT_EQ(std::isinf(m[r][c].item<float>()), !visible) << "window " << w << ": " << r << "," << c;
+      }
+  }
 }
 
 TEST(DrafterE2E, TrainedDraftersLoadAndRunInTheEngine) {
@@ -247,14 +251,17 @@ TEST(DrafterParity, Eagle3EngineProposalsMatchTheTrainersUnrolledSteps) {
   auto model = Model::load(pipeline().target, LoadOptions{DType::F32});
   datagen::HiddenDataset data = datagen::HiddenDataset::open(pipeline().hidden);
   const int D = 4;
-  for (int layers : {1, 2}) {
+  // (layers, sliding_window): a window of 3 rows hides most of each row's context.
+  for (auto [layers, window] : {std::pair{1, 0}, std::pair{2, 0}, std::pair{1, 3}, std::pair{2, 3}}) {
     TempDir run;
     DrafterTrainConfig c = tiny_config(SpecMethod::Eagle3, run.path());
     c.layers = layers;
     c.drafts = D;
+    c.sliding_window = window;
     train_drafter(c);
     const std::string dir = (std::filesystem::path(run.path()) / "drafter").string();
     EXPECT_EQ(DrafterConfig::load(dir).layers.num_layers, layers);
+    EXPECT_EQ(DrafterConfig::load(dir).sliding_window, window);
     scale_matrices(dir);
     SpecConfig sc = SpecConfig::parse(nlohmann::json{{"model", dir}, {"num_speculative_tokens", D}}.dump());
     auto d = load_drafter(sc, *model, DType::F32);
@@ -271,7 +278,7 @@ TEST(DrafterParity, Eagle3EngineProposalsMatchTheTrainersUnrolledSteps) {
       ASSERT_EQ(int(ref.size()), D);
       for (int k = 0; k < D; ++k) {
         const auto [worst, spread] = log_gap(ref[size_t(k)][t], draft.q.data() + int64_t(k) * draft.vocab, draft.vocab);
-        EXPECT_LT(worst, 1e-3f) << layers << " layer(s), sample " << i << ", draft " << k;
+        EXPECT_LT(worst, 1e-3f) << layers << " layer(s), window " << window << ", sample " << i << ", draft " << k;
         EXPECT_GT(spread, 0.5f) << "the logits are too flat to tell layers apart";
       }
       ++checked;
@@ -283,20 +290,23 @@ TEST(DrafterParity, Eagle3EngineProposalsMatchTheTrainersUnrolledSteps) {
 // The engine's DSpark (two layers) and DFlash (one layer) proposals against the trainer's block
 // pass: after the context x_0..x_{a-1}, the engine's q for each draft equals the softmax of the
 // trainer's slot logits for the block anchored at a, with DSpark's Markov bias teacher-forced on
-// the engine's own drafts. This covers the context injection, the block attention mask, the
-// layers, the lm_head and the Markov head.
+// the engine's own drafts. This covers the context injection, the block attention mask (with and
+// without a sliding window of 4 context positions), the layers, the lm_head and the Markov head.
 TEST(DrafterParity, BlockEngineProposalsMatchTheTrainersBlockPass) {
   auto model = Model::load(pipeline().target, LoadOptions{DType::F32});
   datagen::HiddenDataset data = datagen::HiddenDataset::open(pipeline().hidden);
-  for (SpecMethod method : {SpecMethod::DSpark, SpecMethod::DFlash}) {
+  for (auto [method, window] : {std::pair{SpecMethod::DSpark, 0}, std::pair{SpecMethod::DFlash, 0},
+                                std::pair{SpecMethod::DSpark, 4}, std::pair{SpecMethod::DFlash, 4}}) {
     const bool dspark = method == SpecMethod::DSpark;
     TempDir run;
     DrafterTrainConfig c = tiny_config(method, run.path());
     c.layers = dspark ? 2 : 1;
+    c.sliding_window = window;
     train_drafter(c);
     const std::string dir = (std::filesystem::path(run.path()) / "drafter").string();
     scale_matrices(dir);
     const DrafterConfig dc = DrafterConfig::load(dir);
+    EXPECT_EQ(dc.sliding_window, window);
     const int drafts = dspark ? dc.block_size : dc.block_size - 1;
     SpecConfig sc = SpecConfig::parse(nlohmann::json{{"model", dir}, {"num_speculative_tokens", drafts}}.dump());
     auto d = load_drafter(sc, *model, DType::F32);
@@ -314,7 +324,7 @@ TEST(DrafterParity, BlockEngineProposalsMatchTheTrainersBlockPass) {
       for (int k = 0; k < drafts; ++k) {
         const int slot = dspark ? k : k + 1;  // DFlash: slot 0 is the anchor, slot k >= 1 drafts k - 1
         const auto [worst, spread] = log_gap(ref[slot], draft.q.data() + int64_t(k) * draft.vocab, draft.vocab);
-        EXPECT_LT(worst, 1e-3f) << spec_method_name(method) << ", sample " << i << ", draft " << k;
+        EXPECT_LT(worst, 1e-3f) << spec_method_name(method) << ", window " << window << ", sample " << i << ", draft " << k;
         EXPECT_GT(spread, 0.5f) << "the logits are too flat to tell layers apart";
       }
       ++checked;

@@ -7,10 +7,18 @@
 // DSPARK_DRAFTER defaults to models/demo-dspark; any DSpark, DFlash or EAGLE-3 drafter of the
 // target works (its config names the method). Greedy drafts of K = 8 (the drafter's own limit if
 // lower), 64-token prompts, bf16.
+//
+// BM_ProposeAtContext/C/W: one sequence's drafting round after C context positions, the drafter
+// run with sliding_window W (0: none; the drafter's config.json copied with the field set). The
+// context rows are synthetic features (a round's cost does not depend on their values), so C may
+// pass the target's own position limit.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -98,6 +106,52 @@ void BM_ProposeBatch(benchmark::State& state) {
   run(state, true);
 }
 
+// The drafter DSPARK_DRAFTER with config.json's sliding_window set to `window` (0: none), from a
+// copy of its directory in the temporary folder (the weights linked).
+std::unique_ptr<Drafter> windowed_drafter(const Model& target, int window) {
+  namespace fs = std::filesystem;
+  const fs::path src = env_or("DSPARK_DRAFTER", "models/demo-dspark");
+  const fs::path dir = fs::temp_directory_path() / ("dspark-drafter-window-" + std::to_string(window));
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(src))
+    if (e.path().filename() != "config.json" && !fs::exists(dir / e.path().filename()))
+      fs::create_symlink(fs::absolute(e.path()), dir / e.path().filename());
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(src / "config.json"));
+  if (window > 0) cfg["sliding_window"] = window;
+  else cfg.erase("sliding_window");
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  SpecConfig sc = SpecConfig::parse(R"({"model": ")" + dir.string() + R"(", "num_speculative_tokens": 8})");
+  return load_drafter(sc, target, DType::BF16);
+}
+
+void BM_ProposeAtContext(benchmark::State& state) {
+  const int context = int(state.range(0)), window = int(state.range(1));
+  static std::unique_ptr<Model> target;
+  if (!target) target = Model::load(env_or("DSPARK_MODEL", "models/demo"));
+  auto drafter = windowed_drafter(*target, window);
+  const int k = std::min(8, drafter->max_draft_tokens());
+  // Synthetic context rows: token i, a feature row of small values that vary with i.
+  const int width = int(drafter->target_layers().size()) * target->config().hidden_size;
+  std::vector<int32_t> tokens(static_cast<size_t>(context));
+  std::vector<float> feats(size_t(context) * size_t(width));
+  for (int i = 0; i < context; ++i) tokens[size_t(i)] = int32_t(300 + (i * 37) % 4000);
+  for (size_t i = 0; i < feats.size(); ++i) feats[i] = 0.01f * float(int(i % 101) - 50);
+  const int seq = drafter->begin();
+  drafter->extend(seq, tokens, 0, TargetFeatures{feats.data(), context, width});
+  SamplingParams sp;
+  sp.temperature = 0.f;
+  Rng rng(1);
+  Draft draft;
+  for (auto _ : state) {
+    drafter->propose(seq, 1000, context, k, DraftSampling{true, sp, &rng}, draft);
+    benchmark::DoNotOptimize(draft.tokens.data());
+  }
+  drafter->end(seq);
+}
+
+BENCHMARK(BM_ProposeAtContext)
+    ->ArgsProduct({{1024, 4096, 16384, 32768, 131072}, {0, 1024}})
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ProposeOneByOne)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ProposeBatch)->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Unit(benchmark::kMillisecond);
 

@@ -139,16 +139,21 @@ int model_info(int argc, char** argv) {
     j["source_format"] = "safetensors";
   }
   j["tensor_types"] = types;
-  // --quantization: what each matrix became (a K-quant falls back to Q5_0 on rows not a multiple of 256).
+  // --quantization: what each matrix became (a K-quant falls back to Q5_0 on rows not a multiple
+  // of 256; the output head is kept at 6 or 8 bits).
   std::map<std::string, int> quantized;
   std::vector<std::string> fallbacks;
+  const std::string output = m->config().tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  std::string output_type;
   for (const auto& [name, t] : m->quantized_types()) {
     ++quantized[ggml_type_name(t)];
-    if (t != *load.quantization) fallbacks.push_back(name);
+    if (name == output) output_type = ggml_type_name(t);
+    else if (t != *load.quantization) fallbacks.push_back(name);
   }
   if (!quantized.empty()) {
     j["quantized_to"] = quantized;
     j["quantization_fallbacks"] = fallbacks;
+    if (!output_type.empty()) j["output_head_type"] = output_type;
   }
   j["tensor_bytes"] = file_bytes;
   // How the matrices a step reads (checkpoint tensors: q, k and v count as three) are held:
@@ -189,8 +194,8 @@ int model_info(int argc, char** argv) {
     if (!quantized.empty()) {
       std::string q;
       for (const auto& [t, n] : quantized) q += (q.empty() ? "" : ", ") + t + " x " + std::to_string(n);
-      std::printf("  quantized on load: %s; %zu fell back from %s (rows not a multiple of its block)\n",
-                  q.c_str(), fallbacks.size(), ggml_type_name(*load.quantization));
+      std::printf("  quantized on load: %s; the output head %s; %zu fell back from %s (rows not a multiple of its block)\n",
+                  q.c_str(), output_type.c_str(), fallbacks.size(), ggml_type_name(*load.quantization));
     }
   }
   return 0;

@@ -289,10 +289,88 @@ void quant_q4_k(const float* x, uint8_t* b, int64_t nb) {
   }
 }
 
+// The scale of n values x quantized symmetrically to levels [-nmax, nmax - 1] (L gets level +
+// nmax), weights x^2: the level of largest magnitude maps to -nmax, then 18 trial scales around
+// it, each refined by weighted least squares; the one with the largest sum(w x l)^2 / sum(w l^2)
+// wins (llama.cpp's fit for Q6_K's groups of 16).
+float fit_scale_symmetric(int n, int nmax, const float* x, int8_t* L) {
+  float max = 0, amax = 0;
+  for (int i = 0; i < n; ++i)
+    if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]), max = x[i];
+  if (amax < 1e-15f) {
+    std::fill(L, L + n, int8_t(0));
+    return 0.f;
+  }
+  float iscale = -float(nmax) / max;
+  float sumlx = 0, suml2 = 0;
+  for (int i = 0; i < n; ++i) {
+    const int l = std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i])));
+    L[i] = int8_t(l + nmax);
+    const float w = x[i] * x[i];
+    sumlx += w * x[i] * float(l);
+    suml2 += w * float(l) * float(l);
+  }
+  float scale = suml2 != 0.f ? sumlx / suml2 : 0.f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    iscale = -(float(nmax) + 0.1f * float(is)) / max;
+    sumlx = suml2 = 0;
+    for (int i = 0; i < n; ++i) {
+      const int l = std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i])));
+      const float w = x[i] * x[i];
+      sumlx += w * x[i] * float(l);
+      suml2 += w * float(l) * float(l);
+    }
+    if (suml2 > 0 && sumlx * sumlx > best * suml2) {
+      for (int i = 0; i < n; ++i)
+        L[i] = int8_t(nmax + std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i]))));
+      scale = sumlx / suml2;
+      best = scale * sumlx;
+    }
+  }
+  return scale;
+}
+
+void quant_q6_k(const float* x, uint8_t* b, int64_t nb) {
+  for (int64_t i = 0; i < nb; ++i, x += 256, b += 210) {
+    int8_t L[256];
+    float scales[16];
+    float max_scale = 0, max_abs_scale = 0;
+    for (int ib = 0; ib < 16; ++ib) {
+      scales[ib] = fit_scale_symmetric(16, 32, x + 16 * ib, L + 16 * ib);
+      if (std::fabs(scales[ib]) > max_abs_scale) max_abs_scale = std::fabs(scales[ib]), max_scale = scales[ib];
+    }
+    std::memset(b, 0, 210);
+    if (max_abs_scale < 1e-15f) continue;  // all zero: d = 0
+    const float iscale = -128.f / max_scale;
+    put_half(b + 208, 1 / iscale);
+    auto* sc = reinterpret_cast<int8_t*>(b + 192);
+    for (int ib = 0; ib < 16; ++ib) sc[ib] = int8_t(std::min(127, nearest_int(iscale * scales[ib])));
+    const float d_all = half(b + 208);
+    for (int j = 0; j < 16; ++j) {
+      const float d = d_all * float(sc[j]);
+      if (d == 0.f) continue;
+      for (int ii = 0; ii < 16; ++ii)
+        L[16 * j + ii] = int8_t(std::max(-32, std::min(31, nearest_int(x[16 * j + ii] / d))) + 32);
+    }
+    uint8_t* ql = b;
+    uint8_t* qh = b + 128;
+    for (int j = 0; j < 256; j += 128, ql += 64, qh += 32)
+      for (int l = 0; l < 32; ++l) {
+        const int q1 = L[j + l], q2 = L[j + l + 32], q3 = L[j + l + 64], q4 = L[j + l + 96];
+        ql[l] = uint8_t((q1 & 0xF) | ((q3 & 0xF) << 4));
+        ql[l + 32] = uint8_t((q2 & 0xF) | ((q4 & 0xF) << 4));
+        qh[l] = uint8_t((q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6));
+      }
+  }
+}
+
 }  // namespace
 
 bool can_quantize(GgmlType t) {
-  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_K;
+  return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q5_0 || t == GgmlType::Q4_K ||
+         t == GgmlType::Q6_K;
 }
 
 void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
@@ -305,6 +383,7 @@ void quantize_row(GgmlType t, const float* x, void* dst, int64_t n) {
     case GgmlType::Q8_0: quant_q8_0(x, b, nb); return;
     case GgmlType::Q4_0: quant_q4_0_q5_0<4>(x, b, nb); return;
     case GgmlType::Q5_0: quant_q4_0_q5_0<5>(x, b, nb); return;
+    case GgmlType::Q6_K: quant_q6_k(x, b, nb); return;
     default: quant_q4_k(x, b, nb); return;
   }
 }

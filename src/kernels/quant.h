@@ -1,7 +1,7 @@
 // Quantized weight blocks of llama.cpp's ggml formats: dequantization (reference, scalar) of the
 // types dspark reads from GGUF files, and quantization with llama.cpp's reference rounding (the
-// formulas llama-quantize writes files with, without an importance matrix) for Q8_0, Q4_0, Q5_0
-// and Q4_K. The block layouts are the published ones:
+// formulas llama-quantize writes files with, without an importance matrix) for Q8_0, Q4_0, Q5_0,
+// Q4_K and Q6_K. The block layouts are the published ones:
 //   Q8_0  32 weights: f16 d, int8 q[32]                               w = d * q
 //   Q4_0  32 weights: f16 d, 16 bytes of nibbles (low: 0-15, high: 16-31)   w = d * (q - 8)
 //   Q5_0  32 weights: f16 d, u32 fifth bits, 16 bytes of nibbles      w = d * (q - 16)
@@ -28,6 +28,9 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 //   Q4_K: per group of 32 a scale and a min fitted by weighted least squares over 21 trial
 //         scales (weights sqrt(mean x^2) + |x|), both quantized to 6 bits against the block's
 //         largest, then each weight rounded against the quantized pair.
+//   Q6_K: per group of 16 a symmetric scale fitted by weighted least squares (weights x^2) over
+//         19 trial scales, quantized to int8 against the block's largest (which maps to -128),
+//         then each weight rounded to [-32, 31] against its quantized scale.
 // Throws Error for another type.
 void quantize_row(GgmlType t, const float* x, void* dst, int64_t n);
 // Whether quantize_row() can write type t.

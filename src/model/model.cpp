@@ -74,7 +74,9 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
 std::unique_ptr<Model> Model::build(const ModelConfig& cfg, const WeightSource& source, const LoadOptions& opt) {
   auto m = std::unique_ptr<Model>(new Model());
   std::unique_ptr<WeightSource> quantized;
-  if (opt.quantization) quantized = quantizing_source(source, *opt.quantization, &m->quantized_);
+  if (opt.quantization)
+    quantized = quantizing_source(source, *opt.quantization, &m->quantized_, false,
+                                  cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
   const WeightSource& src = quantized ? *quantized : source;
   m->cfg_ = cfg;
   m->dtype_ = opt.dtype;

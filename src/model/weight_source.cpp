@@ -56,8 +56,9 @@ class CheckpointSource : public WeightSource {
 
 class QuantizingSource : public WeightSource {
  public:
-  QuantizingSource(const WeightSource& inner, GgmlType type, std::map<std::string, GgmlType>* chosen, bool keep_odd)
-      : inner_(inner), type_(type), chosen_(chosen), keep_odd_(keep_odd) {}
+  QuantizingSource(const WeightSource& inner, GgmlType type, std::map<std::string, GgmlType>* chosen, bool keep_odd,
+                   std::string output)
+      : inner_(inner), type_(type), chosen_(chosen), keep_odd_(keep_odd), output_(std::move(output)) {}
   bool has(const std::string& name) const override { return inner_.has(name); }
   std::vector<std::string> names() const override { return inner_.names(); }
   std::string describe() const override { return inner_.describe() + " quantized to " + ggml_type_name(type_); }
@@ -106,6 +107,7 @@ class QuantizingSource : public WeightSource {
   // The type a matrix with rows of `cols` weights is quantized to: a K-quant falls back to Q5_0
   // (as llama-quantize does) where the rows are not whole superblocks of 256.
   GgmlType type_for(const std::string& name, int64_t cols) const {
+    if (name == output_ && type_ != GgmlType::Q8_0) return cols % 256 == 0 ? GgmlType::Q6_K : GgmlType::Q8_0;
     const GgmlType t = type_ == GgmlType::Q4_K && cols % 256 != 0 ? GgmlType::Q5_0 : type_;
     if (cols % 32 != 0)
       fail(inner_.describe(), ": tensor '", name, "' has rows of ", cols, " weights, not a multiple of 32: it cannot be quantized to ",
@@ -117,6 +119,7 @@ class QuantizingSource : public WeightSource {
   GgmlType type_;
   std::map<std::string, GgmlType>* chosen_;
   bool keep_odd_;
+  std::string output_;
 };
 
 class RandomSource : public WeightSource {
@@ -164,9 +167,11 @@ std::unique_ptr<WeightSource> checkpoint_source(std::unique_ptr<TensorStore> sto
 }
 
 std::unique_ptr<WeightSource> quantizing_source(const WeightSource& inner, GgmlType type,
-                                                std::map<std::string, GgmlType>* chosen, bool keep_odd) {
-  if (!can_quantize(type)) fail("quantization ", ggml_type_name(type), " is not written by dspark (q8_0, q4_0, q5_0, q4_k)");
-  return std::make_unique<QuantizingSource>(inner, type, chosen, keep_odd);
+                                                std::map<std::string, GgmlType>* chosen, bool keep_odd,
+                                                std::string output) {
+  if (!can_quantize(type) || type == GgmlType::Q6_K)
+    fail("quantization ", ggml_type_name(type), " is not written by dspark (q8_0, q4_0, q5_0, q4_k)");
+  return std::make_unique<QuantizingSource>(inner, type, chosen, keep_odd, std::move(output));
 }
 
 std::unique_ptr<WeightSource> random_source(uint64_t seed, float std) {

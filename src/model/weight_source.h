@@ -46,9 +46,12 @@ std::unique_ptr<WeightSource> checkpoint_source(std::unique_ptr<TensorStore> sto
 // dequantized; vectors pass unchanged. A K-quant falls back to Q5_0 for rows that are not a
 // multiple of 256 (llama-quantize's fallback). The type each matrix got is recorded in *chosen.
 // A matrix whose rows are not a multiple of 32 is an Error naming it, or, with `keep_odd`, is
-// read unquantized (a drafter's small heads).
+// read unquantized (a drafter's small heads). The matrix named `output` (the output head: the
+// lm_head, or the embedding when it is tied) is kept at 6 bits where `type` has fewer, as
+// llama-quantize keeps it: Q6_K, or Q8_0 where its rows are not a multiple of 256.
 std::unique_ptr<WeightSource> quantizing_source(const WeightSource& inner, GgmlType type,
-                                                std::map<std::string, GgmlType>* chosen, bool keep_odd = false);
+                                                std::map<std::string, GgmlType>* chosen, bool keep_odd = false,
+                                                std::string output = "");
 // Deterministic random tensors: N(0, std^2) for matrices, 1 + N(0, 0.1^2) for norm weights.
 std::unique_ptr<WeightSource> random_source(uint64_t seed, float std = 0.02f);
 

@@ -60,7 +60,7 @@ TEST(Quantize, BytesEqualTheReferenceRounding) {
   const int rows = manifest["rows"], cols = manifest["cols"];
   std::vector<float> x(size_t(rows) * size_t(cols));
   std::ifstream(dir + "/input.f32", std::ios::binary).read(reinterpret_cast<char*>(x.data()), std::streamsize(x.size() * 4));
-  ASSERT_EQ(manifest["types"].size(), 4u);
+  ASSERT_EQ(manifest["types"].size(), 5u);
   for (const auto& name : manifest["types"]) {
     const GgmlType t = *ggml_type_from_name(name.get<std::string>());
     const size_t row_bytes = ggml_row_bytes(t, cols);
@@ -89,7 +89,8 @@ TEST(Dequantize, RefusesWhatItCannotRead) {
   EXPECT_THROW(dequantize_row(GgmlType::Q2_K, zeros.data(), out, 256), Error);
   EXPECT_THROW(dequantize_row(GgmlType::Q8_0, zeros.data(), out, 31), Error);
   char blocks[512];
-  EXPECT_THROW(quantize_row(GgmlType::Q6_K, out, blocks, 256), Error);
+  EXPECT_THROW(quantize_row(GgmlType::Q2_K, out, blocks, 256), Error);
+  EXPECT_THROW(quantize_row(GgmlType::Q6_K, out, blocks, 128), Error);
   EXPECT_THROW(quantize_row(GgmlType::Q4_K, out, blocks, 128), Error);
 }
 

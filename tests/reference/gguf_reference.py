@@ -17,7 +17,7 @@ Writes GGUF v3 files with its own writer, following the published format:
   * DIR/quantize/qwen3_q8_0.gguf: the qwen3_f32 case's matrices quantized to Q8_0 here, and
     qwen3_attn_k_q4_k.gguf its blk.0.attn_k.weight in Q4_K (what `--quantization` on load must give);
   * DIR/quantize/input.f32 and DIR/quantize/<type>.bin: rows of weights and their Q8_0, Q4_0,
-    Q5_0 and Q4_K blocks by llama.cpp's reference rounding, emulated here in float32 scalar
+    Q5_0, Q4_K and Q6_K blocks by llama.cpp's reference rounding, emulated here in float32 scalar
     arithmetic, the order of operations of the reference;
   * with --convert HF_DIR=OUT.gguf[:TYPE]: the Qwen3 checkpoint HF_DIR (config.json, safetensors,
     tokenizer.json) as one GGUF file, matrices stored as TYPE (F32, F16 or BF16; default BF16),
@@ -337,6 +337,83 @@ def q4_k(x):
     return bytes(out)
 
 
+def fit_scale_symmetric(x, nmax):
+    """Q6_K's fit of a group: levels [-nmax, nmax - 1], weights x^2, 18 trial scales around
+    -nmax / (the value of largest magnitude), the largest sum(w x l)^2 / sum(w l^2) winning."""
+    n = len(x)
+    mx, amax = f32(0), f32(0)
+    for v in x:
+        if abs(v) > amax:
+            amax, mx = f32(abs(v)), v
+    if amax < f32(1e-15):
+        return f32(0), [0] * n
+
+    def levels(iscale):
+        return [max(-nmax, min(nmax - 1, nearest_int(f32(iscale * v)))) for v in x]
+
+    def sums(ls):
+        slx = sl2 = f32(0)
+        for v, l in zip(x, ls):
+            w = f32(v * v)
+            slx = f32(slx + f32(f32(w * v) * f32(l)))
+            sl2 = f32(sl2 + f32(f32(w * f32(l)) * f32(l)))
+        return slx, sl2
+
+    ls = levels(f32(f32(-nmax) / mx))
+    L = [l + nmax for l in ls]
+    slx, sl2 = sums(ls)
+    scale = f32(slx / sl2) if sl2 != 0 else f32(0)
+    best = f32(scale * slx)
+    for step in range(-9, 10):
+        if step == 0:
+            continue
+        iscale = f32(f32(-f32(f32(nmax) + f32(f32(0.1) * f32(step)))) / mx)
+        ls = levels(iscale)
+        slx, sl2 = sums(ls)
+        if sl2 > 0 and f32(slx * slx) > f32(best * sl2):
+            L = [l + nmax for l in ls]
+            scale = f32(slx / sl2)
+            best = f32(scale * slx)
+    return scale, L
+
+
+def q6_k(x):
+    out = bytearray()
+    for sb in x.reshape(-1, 256):
+        L, scales = [0] * 256, []
+        for ib in range(16):
+            s, Lg = fit_scale_symmetric(sb[16 * ib:16 * ib + 16], 32)
+            scales.append(s)
+            L[16 * ib:16 * ib + 16] = Lg
+        max_scale, max_abs = f32(0), f32(0)
+        for s in scales:
+            if abs(s) > max_abs:
+                max_abs, max_scale = f32(abs(s)), s
+        if max_abs < f32(1e-15):
+            out += bytes(210)
+            continue
+        iscale = f32(f32(-128) / max_scale)
+        d_bits = f16_bits(f32(f32(1) / iscale))
+        sc = [min(127, nearest_int(f32(iscale * s))) for s in scales]
+        d_all = f32(f16_value(d_bits))
+        for j in range(16):
+            d = f32(d_all * f32(sc[j]))
+            if d == 0:
+                continue
+            for i in range(16):
+                L[16 * j + i] = max(-32, min(31, nearest_int(f32(sb[16 * j + i] / d)))) + 32
+        ql, qh = bytearray(128), bytearray(64)
+        for h in range(2):
+            j = 128 * h
+            for l in range(32):
+                q1, q2, q3, q4 = L[j + l], L[j + l + 32], L[j + l + 64], L[j + l + 96]
+                ql[64 * h + l] = (q1 & 15) | ((q3 & 15) << 4)
+                ql[64 * h + l + 32] = (q2 & 15) | ((q4 & 15) << 4)
+                qh[32 * h + l] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6)
+        out += bytes(ql) + bytes(qh) + bytes(s & 0xFF for s in sc) + d_bits.tobytes()
+    return bytes(out)
+
+
 def write_quantize_case(out, rng):
     d = os.path.join(out, "quantize")
     os.makedirs(d, exist_ok=True)
@@ -346,11 +423,11 @@ def write_quantize_case(out, rng):
     x = np.stack(rows).astype(np.float32)
     x.tofile(os.path.join(d, "input.f32"))
     for name, fn in (("Q8_0", q8_0_exact), ("Q4_0", lambda r: q45_0(r, 4)), ("Q5_0", lambda r: q45_0(r, 5)),
-                     ("Q4_K", q4_k)):
+                     ("Q4_K", q4_k), ("Q6_K", q6_k)):
         with open(os.path.join(d, name + ".bin"), "wb") as f:
             for r in x:
                 f.write(fn(r))
-    json.dump({"rows": len(rows), "cols": 512, "types": ["Q8_0", "Q4_0", "Q5_0", "Q4_K"]},
+    json.dump({"rows": len(rows), "cols": 512, "types": ["Q8_0", "Q4_0", "Q5_0", "Q4_K", "Q6_K"]},
               open(os.path.join(d, "manifest.json"), "w"))
 
 

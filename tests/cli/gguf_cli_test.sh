@@ -42,12 +42,14 @@ for prompt in "Tom has 12 apples and buys 30 more. How many apples does he have?
   check "dspark: $prompt" "$want" "$("$dspark" generate --model "$work/dir" --dtype f32 --chat --prompt "$prompt" --max-tokens 40 --json --speculative-config "$spec" | jget "['token_ids']")"
 done
 
-# --quantization q4_k on load: the demo's 1,408-wide down_proj rows fall back to Q5_0, and
-# speculative greedy output on the quantized target equals its plain greedy output.
+# --quantization q4_k on load: the demo's 1,408-wide down_proj rows fall back to Q5_0, the tied
+# embedding (the output head) is kept in Q6_K, and speculative greedy output on the quantized
+# target equals its plain greedy output.
 info=$("$dspark" model info --model "$models/demo" --quantization q4_k --json)
-check "q4_k on load: types" '{"Q4_K":37,"Q5_0":6}' "$(jget "['quantized_to']" <<<"$info")"
+check "q4_k on load: types" '{"Q4_K":36,"Q5_0":6,"Q6_K":1}' "$(jget "['quantized_to']" <<<"$info")"
 check "q4_k on load: fallbacks" "6" "$(jget "['quantization_fallbacks'].__len__()" <<<"$info")"
-check "q4_k on load: held for the quantized kernels" '{"Q4_K":37,"Q5_0":6}' "$(jget "['held_as']" <<<"$info")"
+check "q4_k on load: the output head" 'Q6_K' "$(jget "['output_head_type']" <<<"$info")"
+check "q4_k on load: held for the quantized kernels" '{"Q4_K":36,"Q5_0":6,"Q6_K":1}' "$(jget "['held_as']" <<<"$info")"
 info=$("$dspark" model info --model "$models/demo" --quantization q4_k --dtype f32 --json)
 check "q4_k on load, f32: held dequantized" '{"F32":43}' "$(jget "['held_as']" <<<"$info")"
 prompt="Tom has 12 apples and buys 30 more. How many apples does he have?"

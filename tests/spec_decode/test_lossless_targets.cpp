@@ -47,7 +47,8 @@ std::vector<TargetKind> target_kinds() {
           {"q4_k", LoadOptions{DType::BF16, GgmlType::Q4_K}, DType::BF16, DType::BF16}};
 }
 
-// The target's matrices are held as the kind says (so a test cannot pass on a bf16 fallback).
+// The target's matrices are held as the kind says (so a test cannot pass on a bf16 fallback); a
+// 4-bit kind keeps the output head in Q6_K (its rows here are 256 weights), as llama-quantize does.
 void expect_held_as(const Model& m, const TargetKind& k) {
   const LayerWeights& L = m.layer(0);
   for (const WeightMatrix* w : {&L.qkv, &L.o, &L.gate_up, &L.down, &m.lm_head()}) {
@@ -56,7 +57,9 @@ void expect_held_as(const Model& m, const TargetKind& k) {
       continue;
     }
     ASSERT_TRUE(w->quantized()) << k.name << ": a matrix was not held quantized";
-    for (int j = 0; j < w->nparts; ++j) EXPECT_EQ(w->parts[j].type, *k.load.quantization) << k.name;
+    const bool head = w == &m.lm_head() && *k.load.quantization != GgmlType::Q8_0;
+    for (int j = 0; j < w->nparts; ++j)
+      EXPECT_EQ(w->parts[j].type, head ? GgmlType::Q6_K : *k.load.quantization) << k.name;
   }
 }
 

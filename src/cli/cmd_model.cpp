@@ -143,7 +143,7 @@ int model_info(int argc, char** argv) {
   // of 256; the output head is kept at 6 or 8 bits).
   std::map<std::string, int> quantized;
   std::vector<std::string> fallbacks;
-  const std::string output = m->config().tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const std::string output = output_head_tensor(m->config());
   std::string output_type;
   for (const auto& [name, t] : m->quantized_types()) {
     ++quantized[ggml_type_name(t)];

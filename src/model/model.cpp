@@ -75,8 +75,7 @@ std::unique_ptr<Model> Model::build(const ModelConfig& cfg, const WeightSource& 
   auto m = std::unique_ptr<Model>(new Model());
   std::unique_ptr<WeightSource> quantized;
   if (opt.quantization)
-    quantized = quantizing_source(source, *opt.quantization, &m->quantized_, false,
-                                  cfg.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    quantized = quantizing_source(source, *opt.quantization, &m->quantized_, false, output_head_tensor(cfg));
   const WeightSource& src = quantized ? *quantized : source;
   m->cfg_ = cfg;
   m->dtype_ = opt.dtype;

@@ -29,6 +29,11 @@ struct LoadOptions {
   nlohmann::json hf_overrides;
 };
 
+// The checkpoint tensor the output head is read from: the lm_head, or the embedding when tied.
+inline const char* output_head_tensor(const ModelConfig& c) {
+  return c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+}
+
 class Model {
  public:
   // Loads an HF directory (config.json + safetensors). Errors name the file and tensor.

@@ -301,30 +301,28 @@ float fit_scale_symmetric(int n, int nmax, const float* x, int8_t* L) {
     std::fill(L, L + n, int8_t(0));
     return 0.f;
   }
-  float iscale = -float(nmax) / max;
-  float sumlx = 0, suml2 = 0;
-  for (int i = 0; i < n; ++i) {
-    const int l = std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i])));
-    L[i] = int8_t(l + nmax);
-    const float w = x[i] * x[i];
-    sumlx += w * x[i] * float(l);
-    suml2 += w * float(l) * float(l);
-  }
-  float scale = suml2 != 0.f ? sumlx / suml2 : 0.f;
-  float best = scale * sumlx;
-  for (int is = -9; is <= 9; ++is) {
-    if (is == 0) continue;
-    iscale = -(float(nmax) + 0.1f * float(is)) / max;
+  auto level = [&](float iscale, float v) { return std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * v))); };
+  // The weighted sums of the levels at `iscale`, and, with `keep`, the levels into L.
+  float sumlx, suml2;
+  auto fit = [&](float iscale, bool keep) {
     sumlx = suml2 = 0;
     for (int i = 0; i < n; ++i) {
-      const int l = std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i])));
+      const int l = level(iscale, x[i]);
+      if (keep) L[i] = int8_t(l + nmax);
       const float w = x[i] * x[i];
       sumlx += w * x[i] * float(l);
       suml2 += w * float(l) * float(l);
     }
+  };
+  fit(-float(nmax) / max, true);
+  float scale = suml2 != 0.f ? sumlx / suml2 : 0.f;
+  float best = scale * sumlx;
+  for (int is = -9; is <= 9; ++is) {
+    if (is == 0) continue;
+    const float iscale = -(float(nmax) + 0.1f * float(is)) / max;
+    fit(iscale, false);
     if (suml2 > 0 && sumlx * sumlx > best * suml2) {
-      for (int i = 0; i < n; ++i)
-        L[i] = int8_t(nmax + std::max(-nmax, std::min(nmax - 1, nearest_int(iscale * x[i]))));
+      for (int i = 0; i < n; ++i) L[i] = int8_t(level(iscale, x[i]) + nmax);
       scale = sumlx / suml2;
       best = scale * sumlx;
     }

@@ -77,6 +77,12 @@ void kv_write(const PagedKvLayer& kv, const int32_t* block_table, int pos, const
 
 namespace detail {
 
+void store_partial(const TileKeys& span, const float* o, const float* mx, const float* sum, int nq, int hd) {
+  std::copy(o, o + int64_t(nq) * hd, span.partial);
+  std::copy(mx, mx + nq, span.partial + int64_t(nq) * hd);
+  std::copy(sum, sum + nq, span.partial + int64_t(nq) * (hd + 1));
+}
+
 void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                          int n_heads, float scale, float* out, int64_t ldo) {
   const int hd = kv.head_dim, group = n_heads / kv.n_kv_heads;

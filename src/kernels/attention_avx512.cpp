@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "core/buffer.h"
 #include "kernels/attention.h"
@@ -191,12 +190,7 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     for (; qi + 2 <= nq; qi += 2) pv<2, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
     if (qi < nq) pv<1, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
   }
-  if (span.partial) {  // [o | mx | sum] for the merge
-    std::memcpy(span.partial, o, sizeof(float) * size_t(nq) * size_t(hd));
-    std::memcpy(span.partial + nq * hd, mx, sizeof(float) * size_t(nq));
-    std::memcpy(span.partial + nq * (hd + 1), sum, sizeof(float) * size_t(nq));
-    return;
-  }
+  if (span.partial) return store_partial(span, o, mx, sum, nq, hd);
   for (int qi = 0; qi < nq; ++qi) {
     float* dst = out + (qi / group) * ldo + int64_t(kvh * group + qi % group) * hd;
     const __m512 inv = _mm512_set1_ps(sum[qi] > 0.f ? 1.f / sum[qi] : 0.f);

@@ -137,6 +137,8 @@ void KvCache::truncate(int seq, int len) {
 
 int KvCache::length(int seq) const { return seq_ref(seq).length; }
 
+int KvCache::committed(int seq) const { return seq_ref(seq).committed; }
+
 void KvCache::set_length(int seq, int len) {
   Seq& s = seq_ref(seq);
   if (size_t((len + kKvBlock - 1) / kKvBlock) > s.blocks.size()) fail("KV sequence ", seq, ": length ", len, " not reserved");

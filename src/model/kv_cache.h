@@ -58,6 +58,7 @@ class KvCache {
   // identical block is cached already, replaced by that one (its own block goes back to the pool;
   // with share_duplicates off it stays private).
   void commit(int seq, int pos, std::span<const int32_t> tokens);
+  int committed(int seq) const;  // where the next commit() starts
   int cached_blocks() const { return int(cache_.size()); }  // blocks that can be shared
 
  private:

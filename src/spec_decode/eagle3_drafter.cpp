@@ -139,7 +139,6 @@ class Eagle3Drafter : public Drafter {
     kv_.truncate(seq, keep);
     State& st = states_.at(seq);
     st.keys.assign(tokens.begin(), tokens.begin() + keep);
-    st.committed = keep;
     st.pending.clear();  // row keep - 1 is cached: nothing waits for the next token
     return keep;
   }
@@ -225,21 +224,19 @@ class Eagle3Drafter : public Drafter {
   struct State {
     std::vector<float> pending;  // g of the last verified row, waiting for its next token
     std::vector<int32_t> keys;   // with prefix caching: the sequence's tokens, position by position
-    int committed = 0;           // rows committed to the prefix cache
   };
 
-  // With prefix caching: `tokens` hold positions [pos, ...); rows [st.committed, end) are written
-  // and verified, and are committed under the tokens at their positions (a row's key is its own
-  // position's token; attach_prefix accounts for the next one).
+  // With prefix caching: `tokens` hold positions [pos, ...); the rows from the cache's committed
+  // end to `end` are written and verified, and are committed under the tokens at their positions
+  // (a row's key is its own position's token; attach_prefix accounts for the next one).
   void commit(int seq, State& st, std::span<const int32_t> tokens, int pos, int end) {
     if (!kv_.prefix_caching() || int(st.keys.size()) < pos) return;  // after a gap, nothing
     st.keys.resize(size_t(pos));
     st.keys.insert(st.keys.end(), tokens.begin(), tokens.end());
+    const int from = kv_.committed(seq);
     end = std::min(end, int(st.keys.size()));
-    if (end <= st.committed) return;
-    kv_.commit(seq, st.committed,
-               std::span<const int32_t>(st.keys).subspan(size_t(st.committed), size_t(end - st.committed)));
-    st.committed = end;
+    if (end > from)
+      kv_.commit(seq, from, std::span<const int32_t>(st.keys).subspan(size_t(from), size_t(end - from)));
   }
 
   int64_t hidden() const { return cfg_.layers.hidden_size; }

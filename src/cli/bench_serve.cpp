@@ -135,40 +135,10 @@ std::string command_line(int argc, char** argv) {
   return s;
 }
 
-}  // namespace
-
-int bench_serve(int argc, char** argv) {
-  Args args;
-  declare_flags(args);
-  if (!args.parse(argc, argv, "bench serve",
-                  "Streams requests to an OpenAI-compatible server and reports completed/failed, output "
-                  "tok/s,\n"
-                  "request/s, TTFT, TPOT, ITL and E2EL (mean, median, p99) and the speculative acceptance "
-                  "read\n"
-                  "from /metrics, as `vllm bench serve` does. With --model it starts `dspark serve` itself.\n"
-                  "--sweep runs each concurrency against plain decoding, DSpark with full blocks and DSpark\n"
-                  "with enable_adaptive_verification (servers started one after the other), then prints the\n"
-                  "sweep table and the ratios of the serving goals."))
-    return 0;
-  signal(SIGPIPE, SIG_IGN);  // a server that closes a connection must not end the benchmark
-
-  const bool sweep = args.on("sweep");
-  const bool have_model = args.on("model"), have_url = args.on("base-url");
-  if (have_model && have_url) fail("give one of --model and --base-url, not both");
-  if (!sweep && !have_model && !have_url)
-    fail("give --model DIR (a server is started) or --base-url URL");
-  if (have_url)
-    for (const char* f : {"speculative-config", "threads", "serve-arg", "server-log"})
-      if (args.on(f))
-        fail("flag --", f, " applies to a server started with --model, not to --base-url");
-  if (!sweep)
-    for (const char* f : {"sweep-configs", "plot"})
-      if (args.on(f)) fail("flag --", f, " needs --sweep");
-  if (sweep && !have_model && !have_url && !args.on("sweep-configs"))
-    fail("flag --sweep needs --model DIR, --base-url URL or --sweep-configs with base_url entries");
-
-  // Flags first, files after: a bad URL is named even when the prompt file is missing too.
-  if (have_url) (void)parse_server_url(args.str("base-url"), "flag --base-url");
+// The load a run sends (or each point of a sweep starts from), from the flags: the endpoint, the
+// prompts (a file, or the prefix_repetition set, whose prompts are cut once a server answers),
+// the rate, the sampling and the timeouts. Errors name the flag.
+LoadOptions load_options(const Args& args, bool sweep, std::optional<PrefixRepetition>& prefix_rep) {
   LoadOptions lo;
   lo.endpoint = args.str("endpoint");
   if (lo.endpoint != "/v1/chat/completions" && lo.endpoint != "/v1/completions")
@@ -177,7 +147,6 @@ int bench_serve(int argc, char** argv) {
   if (auto k = args.opt("api-key")) lo.api_key = *k;
   if (auto n = args.opt("served-model-name")) lo.model = *n;
   const std::string dataset = args.str("dataset-name");
-  std::optional<PrefixRepetition> prefix_rep;
   const int num_prompts = int(args.integer("num-prompts", 0, 10000000));
   if (dataset == "prefix_repetition") {
     if (sweep) fail("flag --dataset-name prefix_repetition: not with --sweep");
@@ -213,6 +182,47 @@ int bench_serve(int argc, char** argv) {
   if (args.has("logprobs")) lo.logprobs = int(args.integer("logprobs", 0, 20));
   lo.num_warmups = int(args.integer("num-warmups", 0, 1000000));
   lo.timeout_s = args.number("request-timeout", 0.001, 1e7);
+  return lo;
+}
+
+}  // namespace
+
+int bench_serve(int argc, char** argv) {
+  Args args;
+  declare_flags(args);
+  if (!args.parse(argc, argv, "bench serve",
+                  "Streams requests to an OpenAI-compatible server and reports completed/failed, output "
+                  "tok/s,\n"
+                  "request/s, TTFT, TPOT, ITL and E2EL (mean, median, p99) and the speculative acceptance "
+                  "read\n"
+                  "from /metrics, as `vllm bench serve` does. With --model it starts `dspark serve` itself.\n"
+                  "--sweep runs each concurrency against plain decoding, DSpark with full blocks and DSpark\n"
+                  "with enable_adaptive_verification (servers started one after the other), then prints the\n"
+                  "sweep table and the ratios of the serving goals."))
+    return 0;
+  signal(SIGPIPE, SIG_IGN);  // a server that closes a connection must not end the benchmark
+
+  const bool sweep = args.on("sweep");
+  const bool have_model = args.on("model"), have_url = args.on("base-url");
+  if (have_model && have_url) fail("give one of --model and --base-url, not both");
+  if (!sweep && !have_model && !have_url)
+    fail("give --model DIR (a server is started) or --base-url URL");
+  if (have_url)
+    for (const char* f : {"speculative-config", "threads", "serve-arg", "server-log"})
+      if (args.on(f))
+        fail("flag --", f, " applies to a server started with --model, not to --base-url");
+  if (!sweep)
+    for (const char* f : {"sweep-configs", "plot"})
+      if (args.on(f)) fail("flag --", f, " needs --sweep");
+  if (sweep && !have_model && !have_url && !args.on("sweep-configs"))
+    fail("flag --sweep needs --model DIR, --base-url URL or --sweep-configs with base_url entries");
+
+  // Flags first, files after: a bad URL is named even when the prompt file is missing too.
+  if (have_url) (void)parse_server_url(args.str("base-url"), "flag --base-url");
+  std::optional<PrefixRepetition> prefix_rep;
+  LoadOptions lo = load_options(args, sweep, prefix_rep);
+  const int num_prompts = int(args.integer("num-prompts", 0, 10000000));
+  const std::string rate = args.str("request-rate");
 
   ServerLaunch launch;
   if (have_model) launch.model = args.str("model");

@@ -330,6 +330,72 @@ inline bool may_end(const GrammarData& g, const Frame& f) {
     return f.phase == kNZero || f.phase == kNInt || f.phase == kNFrac || f.phase == kNExp;
   return f.kind == kFLit && g.trie[f.a].term >= 0;
 }
+// One byte of an object's key (the frame in kObjKey): the key's characters walk the trie of the
+// property names; the closing quote names the key (kOtherKey for one of the additional
+// properties). False when refused.
+bool key_byte(const GrammarData& g, const Node& n, Frame& f, uint8_t c) {
+  uint32_t st = f.b;
+  int r = string_byte(st, c);
+  if (r == 0) return false;
+  if (r == 2) {
+    uint32_t key = kOtherKey;
+    if (f.a != kNone && g.trie[f.a].term >= 0) {
+      key = uint32_t(g.trie[f.a].term);
+      if (f.seen >> key & 1) return false;
+      f.seen |= uint64_t(1) << key;
+    } else if (n.additional < 0) {
+      return false;
+    }
+    f.phase = kObjColon;
+    f.b = key;
+    return true;
+  }
+  uint32_t next = f.a == kNone ? kNone : g.child(f.a, c);
+  if (n.additional < 0 && (next == kNone || (g.trie[next].below & ~f.seen) == 0)) return false;
+  f.a = next;
+  f.b = st;
+  return true;
+}
+// One byte of a number frame: 1 consumed, 0 refused, -1 the number ended before c.
+int number_byte(const GrammarData& g, const Node& n, Frame& f, uint8_t c) {
+  const bool integer = n.kind == kInteger;
+  const bool digit = is_digit(c);
+  auto to = [&](uint8_t phase, uint32_t digits) {
+    f.phase = phase;
+    f.a = digits;
+    return 1;
+  };
+  switch (f.phase) {
+    case kN0:
+      if (c == '-') return to(kNMinus, 0);
+      [[fallthrough]];
+    case kNMinus:
+      if (c == '0') return to(kNZero, 1);
+      if (digit) return to(kNInt, 1);
+      return 0;
+    case kNZero:
+    case kNInt:
+      if (digit && f.phase == kNInt && f.a < kMaxIntDigits) return to(kNInt, f.a + 1);
+      if (c == '.' && !integer) return to(kNDot, 0);
+      if ((c == 'e' || c == 'E') && !integer) return to(kNE, 0);
+      break;
+    case kNDot:
+      return digit ? to(kNFrac, 1) : 0;
+    case kNFrac:
+      if (digit && f.a < kMaxFracDigits) return to(kNFrac, f.a + 1);
+      if (c == 'e' || c == 'E') return to(kNE, 0);
+      break;
+    case kNE:
+      if (c == '+' || c == '-') return to(kNESign, 0);
+      [[fallthrough]];
+    case kNESign:
+      return digit ? to(kNExp, 1) : 0;
+    default:  // kNExp
+      if (digit && f.a < kMaxExpDigits) return to(kNExp, f.a + 1);
+      break;
+  }
+  return may_end(g, f) ? -1 : 0;
+}
 }  // namespace
 
 bool JsonMatcher::step(State& s, uint8_t c) const {
@@ -375,30 +441,8 @@ bool JsonMatcher::step(State& s, uint8_t c) const {
               return true;
             }
             return false;
-          case kObjKey: {
-            uint32_t st = f.b;
-            int r = string_byte(st, c);
-            if (r == 0) return false;
-            if (r == 2) {
-              uint32_t key = kOtherKey;
-              if (f.a != kNone && g.trie[f.a].term >= 0) {
-                key = uint32_t(g.trie[f.a].term);
-                if (f.seen >> key & 1) return false;
-                f.seen |= uint64_t(1) << key;
-              } else if (n.additional < 0) {
-                return false;
-              }
-              f.phase = kObjColon;
-              f.b = key;
-              return true;
-            }
-            uint32_t next = f.a == kNone ? kNone : g.child(f.a, c);
-            if (n.additional < 0 && (next == kNone || (g.trie[next].below & ~f.seen) == 0))
-              return false;
-            f.a = next;
-            f.b = st;
-            return true;
-          }
+          case kObjKey:
+            return key_byte(g, n, f, c);
           case kObjColon:
             if (is_ws(c)) return take_ws(f, g.max_ws);
             if (c != ':') return false;
@@ -466,44 +510,9 @@ bool JsonMatcher::step(State& s, uint8_t c) const {
         return r != 0;
       }
       case kFNum: {
-        bool integer = n.kind == kInteger;
-        bool digit = is_digit(c);
-        auto to = [&](uint8_t phase, uint32_t digits) {
-          f.phase = phase;
-          f.a = digits;
-          return true;
-        };
-        switch (f.phase) {
-          case kN0:
-            if (c == '-') return to(kNMinus, 0);
-            [[fallthrough]];
-          case kNMinus:
-            if (c == '0') return to(kNZero, 1);
-            if (digit) return to(kNInt, 1);
-            return false;
-          case kNZero:
-          case kNInt:
-            if (digit && f.phase == kNInt && f.a < kMaxIntDigits) return to(kNInt, f.a + 1);
-            if (c == '.' && !integer) return to(kNDot, 0);
-            if ((c == 'e' || c == 'E') && !integer) return to(kNE, 0);
-            break;
-          case kNDot:
-            return digit ? to(kNFrac, 1) : false;
-          case kNFrac:
-            if (digit && f.a < kMaxFracDigits) return to(kNFrac, f.a + 1);
-            if (c == 'e' || c == 'E') return to(kNE, 0);
-            break;
-          case kNE:
-            if (c == '+' || c == '-') return to(kNESign, 0);
-            [[fallthrough]];
-          case kNESign:
-            return digit ? to(kNExp, 1) : false;
-          default:  // kNExp
-            if (digit && f.a < kMaxExpDigits) return to(kNExp, f.a + 1);
-            break;
-        }
-        if (!may_end(g, f)) return false;
-        pop_frame(arena_, s);
+        const int r = number_byte(g, n, f, c);
+        if (r >= 0) return r == 1;
+        pop_frame(arena_, s);  // the number ended before c, which belongs to what follows
         continue;
       }
       default: {  // kFLit

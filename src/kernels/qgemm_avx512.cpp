@@ -1,13 +1,13 @@
 // AVX512-VNNI kernels for quantized panels (layout and arithmetic in qgemm.h).
 //
-// A panel's tile (16 rows x 32 weights) is unpacked into eight zmm registers of byte codes, then
-// meets up to 8 rows of x: per row, eight vpdpbusd (64 multiply-adds each, codes unsigned against
-// int8 activations broadcast from their block, issued slice by slice across the rows so that
-// neighbours are independent) give the exact integer sums of the 16 rows, and one or two fused
-// multiply-adds fold them into the row's 16 f32 outputs. The outputs of up to 8 rows stay in
-// registers over the whole k range; more rows take further passes over the panel (from L2). Q8_0's signed codes are biased by 128 (xor
-// 0x80) and the bias removed with the activation block's code sum, as the other types' offsets
-// (Q4_0's 8, Q5_0's 16, Q6_K's 32).
+// A panel's tile (16 rows x 32 weights) is unpacked, half at a time, into four zmm registers of
+// byte codes, then meets up to 10 rows of x: per row, eight vpdpbusd (64 multiply-adds each, codes
+// unsigned against int8 activations broadcast from their block, issued slice by slice across the
+// rows so that neighbours are independent) give the exact integer sums of the 16 rows, and one or
+// two fused multiply-adds fold them into the row's 16 f32 outputs. The outputs of up to 10 rows
+// stay in registers over the whole k range; more rows take further passes over the panel (from
+// L2). Q8_0's signed codes are biased by 128 (xor 0x80) and the bias removed with the activation
+// block's code sum, as the other types' offsets (Q4_0's 8, Q5_0's 16, Q6_K's 32).
 //
 // Built with AVX-512 flags; only called where the CPU has AVX512F/BW/VL/VNNI, F16C and FMA.
 #include <immintrin.h>
@@ -21,9 +21,9 @@ namespace {
 
 #define DSPARK_UNROLL _Pragma("GCC unroll 16")
 
-// Rows of x per pass over a panel: their 8 integer sums, 8 outputs and a tile's 8 code slices
-// fill 24 of the 32 zmm registers.
-constexpr int kMaxRows = 8;
+// Rows of x per pass over a panel: their 10 integer sums, 10 outputs, half a tile's 4 code slices
+// and the block's scales fill 28 of the 32 zmm registers. A 9-row verify runs in one pass.
+constexpr int kMaxRows = 10;
 
 inline __mmask16 lane_mask(int lanes) { return lanes >= 16 ? __mmask16(0xffff) : __mmask16((1u << lanes) - 1); }
 inline __m512 f16x16(const uint8_t* p) { return _mm512_maskz_cvtph_ps(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
@@ -35,38 +35,84 @@ inline __m512 i8x16(const uint8_t* p) {
 }
 inline __m512i ld(const uint8_t* p) { return _mm512_loadu_si512(p); }
 
-// The four nibble vectors of a tile as eight slices of codes 0..15.
-inline void nibbles(const uint8_t* tile, __m512i s[8]) {
+// Slices [4h, 4h + 4) of a tile's codes: eight slices of 16 rows x 4 weights each (qgemm.h), the
+// low nibbles of the four code vectors then their high nibbles (Q8_0: the eight byte vectors,
+// biased), with Q5_0's fifth bit and Q6_K's bits 4-5 or-ed in. Unpacking half a tile at a time
+// keeps four code registers live instead of eight, which leaves room for more rows per pass.
+template <GgmlType T, int H>
+inline void unpack_half(const uint8_t* tile, __m512i s[4]) {
   const __m512i lo = _mm512_set1_epi8(0x0F);
   DSPARK_UNROLL
   for (int v = 0; v < 4; ++v) {
-    const __m512i b = ld(tile + 64 * v);
-    s[v] = _mm512_and_si512(b, lo);
-    s[v + 4] = _mm512_and_si512(_mm512_srli_epi16(b, 4), lo);
+    if constexpr (T == GgmlType::Q8_0) {
+      s[v] = _mm512_xor_si512(ld(tile + 64 * (4 * H + v)), _mm512_set1_epi8(char(0x80)));
+    } else {
+      const __m512i b = ld(tile + 64 * v);
+      s[v] = H == 0 ? _mm512_and_si512(b, lo) : _mm512_and_si512(_mm512_srli_epi16(b, 4), lo);
+    }
+  }
+  if constexpr (T == GgmlType::Q5_0) {
+    // Slice j's fifth bit is bit j of each byte of the high-bit vector, moved to bit 4.
+    const __m512i hb = ld(tile + 256), m = _mm512_set1_epi8(0x10);
+    if constexpr (H == 0) {
+      s[0] = _mm512_or_si512(s[0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m));
+      s[1] = _mm512_or_si512(s[1], _mm512_and_si512(_mm512_slli_epi16(hb, 3), m));
+      s[2] = _mm512_or_si512(s[2], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m));
+      s[3] = _mm512_or_si512(s[3], _mm512_and_si512(_mm512_slli_epi16(hb, 1), m));
+    } else {
+      s[0] = _mm512_or_si512(s[0], _mm512_and_si512(hb, m));
+      s[1] = _mm512_or_si512(s[1], _mm512_and_si512(_mm512_srli_epi16(hb, 1), m));
+      s[2] = _mm512_or_si512(s[2], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m));
+      s[3] = _mm512_or_si512(s[3], _mm512_and_si512(_mm512_srli_epi16(hb, 3), m));
+    }
+  }
+  if constexpr (T == GgmlType::Q6_K) {
+    // Bits 4-5 of slice 4h + t are bits 2t..2t+1 of high-bit vector h.
+    const __m512i c = ld(tile + 256 + 64 * H), m = _mm512_set1_epi8(0x30);
+    s[0] = _mm512_or_si512(s[0], _mm512_and_si512(_mm512_slli_epi16(c, 4), m));
+    s[1] = _mm512_or_si512(s[1], _mm512_and_si512(_mm512_slli_epi16(c, 2), m));
+    s[2] = _mm512_or_si512(s[2], _mm512_and_si512(c, m));
+    s[3] = _mm512_or_si512(s[3], _mm512_and_si512(_mm512_srli_epi16(c, 2), m));
   }
 }
 
-// Bits 4-5 of slice 4c+t's codes from the high-bit vector c (bits 2t..2t+1).
-template <int T>
-inline __m512i high_bits(__m512i c) {
-  const __m512i m = _mm512_set1_epi8(0x30);
-  if constexpr (T < 2) return _mm512_and_si512(_mm512_slli_epi16(c, 4 - 2 * T), m);
-  else if constexpr (T == 2) return _mm512_and_si512(c, m);
-  else return _mm512_and_si512(_mm512_srli_epi16(c, 2), m);
-}
-
-// acc[i] += the codes of slices [from, to) against row i's activations of block b, slice-major so
-// that consecutive vpdpbusd are independent (the integer sums are exact in any order).
+// acc[i] += slices 4h..4h+3 (in s) against row i's activations of block b, slice-major so that
+// consecutive vpdpbusd are independent (the integer sums are exact in any order).
 template <int MR>
-inline void dots(__m512i (&acc)[MR], const __m512i s[8], const QActBlock* xq, int64_t nb, int64_t b, int from, int to) {
+inline void dots(__m512i (&acc)[MR], const __m512i s[4], const QActBlock* xq, int64_t nb, int64_t b, int h) {
   DSPARK_UNROLL
-  for (int j = from; j < to; ++j)
+  for (int j = 0; j < 4; ++j)
     DSPARK_UNROLL
     for (int i = 0; i < MR; ++i) {
       int32_t v;
-      __builtin_memcpy(&v, xq[i * nb + b].q + 4 * j, 4);
+      __builtin_memcpy(&v, xq[i * nb + b].q + 4 * (4 * h + j), 4);
       acc[i] = _mm512_dpbusd_epi32(acc[i], s[j], _mm512_set1_epi32(v));
     }
+}
+
+// With two or more rows, each tile asks for the bytes one superblock of a panel ahead (2 KB): a
+// pass busy multiplying 9 rows otherwise leaves the DRAM stream idle, and its time was the DRAM
+// time of one row plus the compute time rather than the larger of the two (`gemm_bench
+// BM_Q_*_GateUp8B/9`). A 1-row pass, light on arithmetic, keeps up without it and ran 5-10%
+// slower with it.
+constexpr int kPrefetchBytes = 2048;
+template <int Bytes, int MR>
+inline void prefetch_ahead(const uint8_t* tile) {
+  if constexpr (MR >= 2) {
+    DSPARK_UNROLL
+    for (int off = 0; off < Bytes; off += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(tile + kPrefetchBytes + off), _MM_HINT_T0);
+  }
+}
+
+// acc[i] += the whole tile against row i's activations of block b.
+template <GgmlType T, int MR>
+inline void dots_tile(__m512i (&acc)[MR], const uint8_t* tile, const QActBlock* xq, int64_t nb, int64_t b) {
+  __m512i s[4];
+  unpack_half<T, 0>(tile, s);
+  dots<MR>(acc, s, xq, nb, b, 0);
+  unpack_half<T, 1>(tile, s);
+  dots<MR>(acc, s, xq, nb, b, 1);
 }
 
 // Rows [0, MR) of xq (row stride nb blocks) against one panel of type T over nsb superblocks.
@@ -87,59 +133,34 @@ void panel_rows(const uint8_t* panel, int64_t nsb, const QActBlock* xq, int64_t 
     for (int t = 0; t < kTiles; ++t) {
       const uint8_t* tile = h + kHeader + t * kTile;
       const int64_t b = sb * kTiles + t;
-      __m512i s[8];
-      if constexpr (T == GgmlType::Q8_0) {
-        const __m512i bias = _mm512_set1_epi8(char(0x80));
-        DSPARK_UNROLL
-        for (int j = 0; j < 8; ++j) s[j] = _mm512_xor_si512(ld(tile + 64 * j), bias);
-      } else {
-        nibbles(tile, s);
-      }
-      if constexpr (T == GgmlType::Q5_0) {
-        const __m512i hb = ld(tile + 256), m = _mm512_set1_epi8(0x10);
-        s[0] = _mm512_or_si512(s[0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m));
-        s[1] = _mm512_or_si512(s[1], _mm512_and_si512(_mm512_slli_epi16(hb, 3), m));
-        s[2] = _mm512_or_si512(s[2], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m));
-        s[3] = _mm512_or_si512(s[3], _mm512_and_si512(_mm512_slli_epi16(hb, 1), m));
-        s[4] = _mm512_or_si512(s[4], _mm512_and_si512(hb, m));
-        s[5] = _mm512_or_si512(s[5], _mm512_and_si512(_mm512_srli_epi16(hb, 1), m));
-        s[6] = _mm512_or_si512(s[6], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m));
-        s[7] = _mm512_or_si512(s[7], _mm512_and_si512(_mm512_srli_epi16(hb, 3), m));
-      }
-      if constexpr (T == GgmlType::Q6_K) {
-        const __m512i c0 = ld(tile + 256), c1 = ld(tile + 320);
-        s[0] = _mm512_or_si512(s[0], high_bits<0>(c0));
-        s[1] = _mm512_or_si512(s[1], high_bits<1>(c0));
-        s[2] = _mm512_or_si512(s[2], high_bits<2>(c0));
-        s[3] = _mm512_or_si512(s[3], high_bits<3>(c0));
-        s[4] = _mm512_or_si512(s[4], high_bits<0>(c1));
-        s[5] = _mm512_or_si512(s[5], high_bits<1>(c1));
-        s[6] = _mm512_or_si512(s[6], high_bits<2>(c1));
-        s[7] = _mm512_or_si512(s[7], high_bits<3>(c1));
-      }
+      prefetch_ahead<kTile, MR>(tile);
       __m512i acc[MR];
       if constexpr (T == GgmlType::Q6_K) {
-        const __m512 sc0 = _mm512_mul_ps(d, i8x16(h + 32 + 16 * (2 * t)));
-        const __m512 sc1 = _mm512_mul_ps(d, i8x16(h + 32 + 16 * (2 * t + 1)));
+        // Two sub-blocks of 16 with their own scales: slices 0-3, then 4-7.
+        __m512i s[4];
         DSPARK_UNROLL
         for (int i = 0; i < MR; ++i) acc[i] = _mm512_set1_epi32(-32 * xq[i * nb + b].sum_lo);
-        dots<MR>(acc, s, xq, nb, b, 0, 4);
+        unpack_half<T, 0>(tile, s);
+        dots<MR>(acc, s, xq, nb, b, 0);
+        const __m512 sc0 = _mm512_mul_ps(d, i8x16(h + 32 + 16 * (2 * t)));
         DSPARK_UNROLL
         for (int i = 0; i < MR; ++i) {
           const QActBlock& a = xq[i * nb + b];
           tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[i]), _mm512_mul_ps(sc0, _mm512_set1_ps(a.d)), tot[i]);
           acc[i] = _mm512_set1_epi32(-32 * (a.sum - a.sum_lo));
         }
-        dots<MR>(acc, s, xq, nb, b, 4, 8);
+        unpack_half<T, 1>(tile, s);
+        dots<MR>(acc, s, xq, nb, b, 1);
+        const __m512 sc1 = _mm512_mul_ps(d, i8x16(h + 32 + 16 * (2 * t + 1)));
         DSPARK_UNROLL
         for (int i = 0; i < MR; ++i)
           tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[i]), _mm512_mul_ps(sc1, _mm512_set1_ps(xq[i * nb + b].d)), tot[i]);
       } else if constexpr (T == GgmlType::Q4_K) {
-        const __m512 sc = _mm512_mul_ps(d, u8x16(h + 64 + 16 * t));
-        const __m512 mn = _mm512_mul_ps(dmin, u8x16(h + 192 + 16 * t));
         DSPARK_UNROLL
         for (int i = 0; i < MR; ++i) acc[i] = _mm512_setzero_si512();
-        dots<MR>(acc, s, xq, nb, b, 0, 8);
+        dots_tile<T, MR>(acc, tile, xq, nb, b);
+        const __m512 sc = _mm512_mul_ps(d, u8x16(h + 64 + 16 * t));
+        const __m512 mn = _mm512_mul_ps(dmin, u8x16(h + 192 + 16 * t));
         DSPARK_UNROLL
         for (int i = 0; i < MR; ++i) {
           const QActBlock& a = xq[i * nb + b];
@@ -150,7 +171,7 @@ void panel_rows(const uint8_t* panel, int64_t nsb, const QActBlock* xq, int64_t 
         constexpr int kOff = T == GgmlType::Q8_0 ? 128 : T == GgmlType::Q5_0 ? 16 : 8;
         DSPARK_UNROLL
         for (int i = 0; i < MR; ++i) acc[i] = _mm512_set1_epi32(-kOff * xq[i * nb + b].sum);
-        dots<MR>(acc, s, xq, nb, b, 0, 8);
+        dots_tile<T, MR>(acc, tile, xq, nb, b);
         DSPARK_UNROLL
         for (int i = 0; i < MR; ++i)
           tot[i] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(0xffff, acc[i]), _mm512_mul_ps(d, _mm512_set1_ps(xq[i * nb + b].d)), tot[i]);
@@ -167,7 +188,7 @@ void rows_of(int mr, const uint8_t* panel, int64_t nsb, const QActBlock* xq, int
   switch (mr) {
 #define DSPARK_CASE(R) \
   case R: return panel_rows<T, R>(panel, nsb, xq, nb, y, ldy, lanes, accumulate);
-    DSPARK_CASE(8) DSPARK_CASE(7) DSPARK_CASE(6) DSPARK_CASE(5) DSPARK_CASE(4) DSPARK_CASE(3) DSPARK_CASE(2)
+    DSPARK_CASE(10) DSPARK_CASE(9) DSPARK_CASE(8) DSPARK_CASE(7) DSPARK_CASE(6) DSPARK_CASE(5) DSPARK_CASE(4) DSPARK_CASE(3) DSPARK_CASE(2)
 #undef DSPARK_CASE
     default: return panel_rows<T, 1>(panel, nsb, xq, nb, y, ldy, lanes, accumulate);
   }
@@ -180,7 +201,7 @@ void run(const uint8_t* panels, int64_t n, int64_t k, int p0, int p1, const QAct
   const size_t panel_bytes = size_t(nsb) * qgemm_superblock_bytes(T);
   for (int p = p0; p < p1; ++p) {
     const int lanes = int(std::min<int64_t>(kQPanelRows, n - int64_t(p) * kQPanelRows));
-    // Row groups of at most kMaxRows, as even as possible (so 9 rows run as 5 + 4).
+    // Row groups of at most kMaxRows, as even as possible (so 16 rows run as 8 + 8).
     const int groups = (m + kMaxRows - 1) / kMaxRows;
     for (int i = 0; i < m;) {
       const int mr = std::min(m - i, (m + groups - 1) / groups);

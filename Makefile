@@ -38,12 +38,17 @@ DEMO_DRAFT_QUANT ?= $(if $(shell grep -m1 -ow avx512_bf16 /proc/cpuinfo 2>/dev/n
 DEMO_SPEC_FIELDS = "model": "$(DEMO_DRAFTER)", "method": "dspark", "num_speculative_tokens": 8, "draft_sample_method": "probabilistic", "rejection_sample_method": "block"$(DEMO_DRAFT_QUANT)
 DEMO_SPEC = {$(DEMO_SPEC_FIELDS)}
 DEMO_SPEC_SCHED = {$(DEMO_SPEC_FIELDS), "enable_adaptive_verification": true}
+# The long-context line: one prompt of the 4k bucket of scripts/make_long_prompts.py, twice the
+# demo target's trained length, on the target with YaRN. DEMO_LONG_BUCKET=16k runs a 16K-token
+# prompt instead (about a minute on 2 cores: both runs prefill it); 30k also exists.
+DEMO_LONG_BUCKET ?= 4k
+DEMO_LONG_YARN = {"rope_scaling": {"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 2048}}
 
 # The demo target answers a prompt; with the committed DSpark drafter it then answers again with
 # speculative decoding, and benchmarks plain against speculative decoding on held-out math prompts:
 # full 8-token blocks, then with the hardware-aware prefix length policy choosing each round's length;
-# then with that policy on prompts out of the drafter's math domain (DEMO_OOD_PROMPTS); last, the
-# target quantized to Q4_K on load, on the math prompts.
+# then with that policy on prompts out of the drafter's math domain (DEMO_OOD_PROMPTS); then the
+# target quantized to Q4_K on load, on the math prompts; last, one long prompt.
 demo: build $(if $(wildcard models/demo/config.json),,$(BUILD)/demo-model/config.json)
 	@echo "== $(DEMO_WHAT) =="
 	$(BUILD)/dspark generate --model $(DEMO_MODEL) --chat --prompt "$(DEMO_PROMPT)" --max-tokens 128
@@ -63,6 +68,11 @@ ifneq ($(wildcard $(DEMO_DRAFTER)/config.json),)
 	@echo; echo "== the target quantized to Q4_K on load (quantized kernels), held-out math prompts, full blocks: compare with bf16 above =="
 	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --quantization q4_k --speculative-config '$(DEMO_SPEC)' \
 	  --prompts $(DEMO_DRAFTER)/math_prompts.jsonl --max-tokens 128
+	@echo; echo "== long context: a Debian document of about $(DEMO_LONG_BUCKET) tokens and a task about it (scripts/make_long_prompts.py), the target stretched from 2,048 to 32,768 positions with YaRN x16, full blocks; the drafter attends to its last 1,024 =="
+	@python3 scripts/make_long_prompts.py --model $(DEMO_MODEL) --dspark $(BUILD)/dspark --buckets $(DEMO_LONG_BUCKET) \
+	  --per-bucket 1 --out $(BUILD)/demo_long_prompts.jsonl
+	$(BUILD)/dspark bench spec --model $(DEMO_MODEL) --hf-overrides '$(DEMO_LONG_YARN)' --speculative-config '$(DEMO_SPEC)' \
+	  --prompts $(BUILD)/demo_long_prompts.jsonl --max-tokens 64
 endif
 
 clean:

@@ -8,7 +8,8 @@ continue it, or answer a question about its beginning. The category of a prompt 
 context length. The documents are GNU info manuals, Debian changelogs and the GPL, whatever of
 them this machine has; nothing comes from ../shared/data.
 
-  scripts/make_long_prompts.py [--model models/demo] [--per-bucket 3] [--out build/long_prompts.jsonl]
+  scripts/make_long_prompts.py [--model models/demo] [--per-bucket 3] [--buckets 4k,16k,30k]
+                               [--out build/long_prompts.jsonl]
 
 Then, for the demo target (2,048 positions) stretched to 32,768 with YaRN x16:
   build/dspark bench spec --model models/demo --prompts build/long_prompts.jsonl \\
@@ -61,9 +62,17 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="models/demo", help="model directory (its tokenizer counts the tokens)")
     ap.add_argument("--per-bucket", type=int, default=3, help="prompts per length bucket")
+    ap.add_argument("--buckets", default=",".join(n for n, _ in BUCKETS),
+                    help="the length buckets to write, a comma list of " + ", ".join(n for n, _ in BUCKETS))
     ap.add_argument("--out", default="build/long_prompts.jsonl")
     ap.add_argument("--dspark", default=os.environ.get("DSPARK", "build/dspark"))
     a = ap.parse_args()
+    wanted = a.buckets.split(",")
+    unknown = [w for w in wanted if w not in dict(BUCKETS)]
+    if unknown:
+        sys.exit(f"make_long_prompts.py: --buckets: unknown bucket {unknown[0]!r} "
+                 f"(known: {', '.join(n for n, _ in BUCKETS)})")
+    buckets = [(n, size) for n, size in BUCKETS if n in wanted]
     if not os.access(a.dspark, os.X_OK):
         sys.exit(f"make_long_prompts.py: {a.dspark} is not built (make build)")
     docs = []
@@ -80,7 +89,10 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     written = 0
     with open(a.out, "w") as out:
+        # A bucket's prompts are the same whichever other buckets are asked for.
         for b, (name, size) in enumerate(BUCKETS):
+            if name not in wanted:
+                continue
             budget = size - RESERVE
             usable = [d for d in docs if len(d[1]) >= budget]
             if not usable:
@@ -99,7 +111,7 @@ def main():
                                       "source": os.path.basename(path), "context_tokens": budget}) + "\n")
                 written += 1
     print(f"make_long_prompts.py: {written} prompts ({a.per_bucket} per bucket of "
-          f"{', '.join(n for n, _ in BUCKETS)}) from {len(docs)} documents -> {a.out}")
+          f"{', '.join(n for n, _ in buckets)}) from {len(docs)} documents -> {a.out}")
 
 
 if __name__ == "__main__":

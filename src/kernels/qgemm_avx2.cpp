@@ -64,12 +64,7 @@ void half_rows(const uint8_t* panel, int64_t nsb, int half, const QActBlock* xq,
     for (int t = 0; t < kTiles; ++t) {
       const uint8_t* tile = h + kHeader + t * kTile;
       const int64_t b = sb * kTiles + t;
-      if constexpr (MR >= 2) {
-        // As in the AVX512 kernel: ask for the bytes one superblock ahead, so that DRAM streams
-        // while several rows multiply.
-        DSPARK_UNROLL
-        for (int off = 0; off < kTile; off += 64) _mm_prefetch(reinterpret_cast<const char*>(tile + 2048 + off), _MM_HINT_T0);
-      }
+      if constexpr (MR >= 2) qgemm_prefetch_ahead<kTile>(tile);
       if constexpr (T == GgmlType::Q8_0) {
         DSPARK_UNROLL
         for (int j = 0; j < 8; ++j)

@@ -54,25 +54,21 @@ inline void unpack_half(const uint8_t* tile, __m512i s[4]) {
   if constexpr (T == GgmlType::Q5_0) {
     // Slice j's fifth bit is bit j of each byte of the high-bit vector, moved to bit 4.
     const __m512i hb = ld(tile + 256), m = _mm512_set1_epi8(0x10);
-    if constexpr (H == 0) {
-      s[0] = _mm512_or_si512(s[0], _mm512_and_si512(_mm512_slli_epi16(hb, 4), m));
-      s[1] = _mm512_or_si512(s[1], _mm512_and_si512(_mm512_slli_epi16(hb, 3), m));
-      s[2] = _mm512_or_si512(s[2], _mm512_and_si512(_mm512_slli_epi16(hb, 2), m));
-      s[3] = _mm512_or_si512(s[3], _mm512_and_si512(_mm512_slli_epi16(hb, 1), m));
-    } else {
-      s[0] = _mm512_or_si512(s[0], _mm512_and_si512(hb, m));
-      s[1] = _mm512_or_si512(s[1], _mm512_and_si512(_mm512_srli_epi16(hb, 1), m));
-      s[2] = _mm512_or_si512(s[2], _mm512_and_si512(_mm512_srli_epi16(hb, 2), m));
-      s[3] = _mm512_or_si512(s[3], _mm512_and_si512(_mm512_srli_epi16(hb, 3), m));
+    DSPARK_UNROLL
+    for (int v = 0; v < 4; ++v) {
+      const int j = 4 * H + v;
+      const __m512i bit = j <= 4 ? _mm512_slli_epi16(hb, 4 - j) : _mm512_srli_epi16(hb, j - 4);
+      s[v] = _mm512_or_si512(s[v], _mm512_and_si512(bit, m));
     }
   }
   if constexpr (T == GgmlType::Q6_K) {
-    // Bits 4-5 of slice 4h + t are bits 2t..2t+1 of high-bit vector h.
+    // Bits 4-5 of slice 4h + v are bits 2v..2v+1 of high-bit vector h.
     const __m512i c = ld(tile + 256 + 64 * H), m = _mm512_set1_epi8(0x30);
-    s[0] = _mm512_or_si512(s[0], _mm512_and_si512(_mm512_slli_epi16(c, 4), m));
-    s[1] = _mm512_or_si512(s[1], _mm512_and_si512(_mm512_slli_epi16(c, 2), m));
-    s[2] = _mm512_or_si512(s[2], _mm512_and_si512(c, m));
-    s[3] = _mm512_or_si512(s[3], _mm512_and_si512(_mm512_srli_epi16(c, 2), m));
+    DSPARK_UNROLL
+    for (int v = 0; v < 4; ++v) {
+      const __m512i bits = v <= 2 ? _mm512_slli_epi16(c, 4 - 2 * v) : _mm512_srli_epi16(c, 2 * v - 4);
+      s[v] = _mm512_or_si512(s[v], _mm512_and_si512(bits, m));
+    }
   }
 }
 
@@ -88,21 +84,6 @@ inline void dots(__m512i (&acc)[MR], const __m512i s[4], const QActBlock* xq, in
       __builtin_memcpy(&v, xq[i * nb + b].q + 4 * (4 * h + j), 4);
       acc[i] = _mm512_dpbusd_epi32(acc[i], s[j], _mm512_set1_epi32(v));
     }
-}
-
-// With two or more rows, each tile asks for the bytes one superblock of a panel ahead (2 KB): a
-// pass busy multiplying 9 rows otherwise leaves the DRAM stream idle, and its time was the DRAM
-// time of one row plus the compute time rather than the larger of the two (`gemm_bench
-// BM_Q_*_GateUp8B/9`). A 1-row pass, light on arithmetic, keeps up without it and ran 5-10%
-// slower with it.
-constexpr int kPrefetchBytes = 2048;
-template <int Bytes, int MR>
-inline void prefetch_ahead(const uint8_t* tile) {
-  if constexpr (MR >= 2) {
-    DSPARK_UNROLL
-    for (int off = 0; off < Bytes; off += 64)
-      _mm_prefetch(reinterpret_cast<const char*>(tile + kPrefetchBytes + off), _MM_HINT_T0);
-  }
 }
 
 // acc[i] += the whole tile against row i's activations of block b.
@@ -133,7 +114,7 @@ void panel_rows(const uint8_t* panel, int64_t nsb, const QActBlock* xq, int64_t 
     for (int t = 0; t < kTiles; ++t) {
       const uint8_t* tile = h + kHeader + t * kTile;
       const int64_t b = sb * kTiles + t;
-      prefetch_ahead<kTile, MR>(tile);
+      if constexpr (MR >= 2) qgemm_prefetch_ahead<kTile>(tile);
       __m512i acc[MR];
       if constexpr (T == GgmlType::Q6_K) {
         // Two sub-blocks of 16 with their own scales: slices 0-3, then 4-7.

@@ -72,7 +72,6 @@ def main():
     if unknown:
         sys.exit(f"make_long_prompts.py: --buckets: unknown bucket {unknown[0]!r} "
                  f"(known: {', '.join(n for n, _ in BUCKETS)})")
-    buckets = [(n, size) for n, size in BUCKETS if n in wanted]
     if not os.access(a.dspark, os.X_OK):
         sys.exit(f"make_long_prompts.py: {a.dspark} is not built (make build)")
     docs = []
@@ -111,7 +110,7 @@ def main():
                                       "source": os.path.basename(path), "context_tokens": budget}) + "\n")
                 written += 1
     print(f"make_long_prompts.py: {written} prompts ({a.per_bucket} per bucket of "
-          f"{', '.join(n for n, _ in buckets)}) from {len(docs)} documents -> {a.out}")
+          f"{', '.join(n for n, _ in BUCKETS if n in wanted)}) from {len(docs)} documents -> {a.out}")
 
 
 if __name__ == "__main__":

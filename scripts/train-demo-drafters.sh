@@ -18,7 +18,8 @@
 # (gamma, 8), LAYERS (decoder layers of every method: the same depth, 2), PRECISION (auto: bf16
 # autocast where the CPU has AVX512-BF16 or AMX, else f32), ALL_PROMPTS_T1 (1: also every
 # held-out prompt at T=1; 0: skip), VOCAB (draft vocabulary of the DSpark drafter, 2048 ids; 0: none),
-# DSPARK_INIT (a DSpark drafter to start the DSpark run from, e.g. models/demo-dspark; empty: random).
+# DSPARK_INIT (a DSpark drafter to start the DSpark run from, e.g. models/demo-dspark; empty: random),
+# SLIDING_WINDOW (the drafters' sliding_window, written to their config.json; 0: --init's, else none).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK=${1:-build/demo-drafters}
@@ -38,6 +39,7 @@ TAPS=${TAPS:-1,3,4}
 METHODS=${METHODS:-dspark dflash eagle3}
 BENCH_PROMPTS=${BENCH_PROMPTS:-20}
 VOCAB=${VOCAB:-2048}
+SLIDING_WINDOW=${SLIDING_WINDOW:-0}
 mkdir -p "$WORK"
 
 # 1. Regeneration prompts of every kind a chat model gets (datagen prompts: manual sections to
@@ -69,7 +71,7 @@ for method in $METHODS; do
     start=$(date +%s)
     "$BIN/dspark" train drafter --method "$method" --target "$TARGET" --data "$WORK/hidden" --out "$WORK/$method" \
       --layers "$LAYERS" --drafts "$DRAFTS" --anchors "$ANCHORS" --steps "$steps" --batch "$BATCH" --threads 2 \
-      --precision "$PRECISION" --save-every 50 "${resume[@]}" "${init[@]}"
+      --precision "$PRECISION" --sliding-window "$SLIDING_WINDOW" --save-every 50 "${resume[@]}" "${init[@]}"
     echo "{\"method\": \"$method\", \"train_seconds\": $(($(date +%s) - start))}" > "$WORK/$method/train_time.json"
   fi
 done

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <map>
 
+#include "client/svg_plot.h"
 #include "core/error.h"
 
 namespace dspark {
@@ -26,7 +28,7 @@ namespace {
 
 struct Group {
   int prompts = 0, identical = 0;
-  int64_t plain_tokens = 0, spec_tokens = 0;
+  int64_t plain_tokens = 0, spec_tokens = 0, prompt_tokens = 0;
   double plain_s = 0, spec_s = 0;
   SpecMetrics m;
 
@@ -35,6 +37,7 @@ struct Group {
     identical += r.plain_tokens == r.spec_tokens;
     plain_tokens += int64_t(r.plain_tokens.size());
     spec_tokens += int64_t(r.spec_tokens.size());
+    prompt_tokens += r.prompt_tokens;
     plain_s += r.plain_seconds;
     spec_s += r.spec_seconds;
     m.merge(r.metrics);
@@ -70,6 +73,7 @@ json summary(const Group& g, const SpecBenchSetup& s) {
   const double draft_ms = 1e3 * g.m.draft_seconds / double(drafting_rounds);
   json j = g.m.to_json();
   j["prompts"] = g.prompts;
+  j["mean_prompt_tokens"] = double(g.prompt_tokens) / double(std::max(g.prompts, 1));
   put_identical(j, s, g.identical);
   j["plain_tokens"] = g.plain_tokens;
   j["spec_tokens"] = g.spec_tokens;
@@ -84,7 +88,8 @@ json summary(const Group& g, const SpecBenchSetup& s) {
 }
 
 // Figures averaged over categories, each category once whatever its prompt count.
-constexpr const char* kMeanFields[] = {"plain_tok_s",
+constexpr const char* kMeanFields[] = {"mean_prompt_tokens",
+                                       "plain_tok_s",
                                        "spec_tok_s",
                                        "speedup",
                                        "mean_accepted_length",
@@ -108,6 +113,8 @@ json spec_bench_report(const std::vector<SpecPromptRun>& runs, const SpecBenchSe
   json out;
   out["model"] = s.model;
   out["method"] = s.method;
+  out["label"] = s.label;
+  out["drafter"] = s.drafter;
   out["num_speculative_tokens"] = s.num_speculative_tokens;
   out["temperature"] = s.temperature;
   out["sampled"] = s.sampled;
@@ -200,6 +207,75 @@ void print_spec_bench_report(const json& r, std::FILE* out) {
   }
 }
 
+void print_spec_bench_comparison(const std::vector<json>& reports, std::FILE* out) {
+  if (reports.empty()) return;
+  std::fprintf(out, "\nside by side (the same prompts and plain runs; t/r: tokens per round, x: speedup, "
+                    "ms: drafting round):\n");
+  for (size_t k = 0; k < reports.size(); ++k)
+    std::fprintf(out, "  [%zu] %s\n", k + 1, reports[k]["label"].get<std::string>().c_str());
+  std::fprintf(out, "%-18s %8s", "category", "tokens");
+  for (size_t k = 0; k < reports.size(); ++k) {
+    char h[3][32];
+    for (int f = 0; f < 3; ++f)
+      std::snprintf(h[f], sizeof h[f], "[%zu] %s", k + 1, f == 0 ? "t/r" : f == 1 ? "x" : "ms");
+    std::fprintf(out, " | %8s %8s %8s", h[0], h[1], h[2]);
+  }
+  std::fprintf(out, "\n");
+  auto row = [&](const std::string& name, const std::string& field) {
+    const json& first = field.empty() ? reports[0]["categories"][name] : reports[0][field];
+    std::fprintf(out, "%-18s %8.0f", (field.empty() ? name : field == "all" ? "pooled" : "mean of categories").c_str(),
+                 first.value("mean_prompt_tokens", std::nan("")));
+    for (const json& r : reports) {
+      const json& j = field.empty() ? r["categories"][name] : r[field];
+      std::fprintf(out, " | %8.2f %7.2fx %8.2f", j["mean_accepted_length"].get<double>(),
+                   j["speedup"].get<double>(), j["draft_ms_per_round"].get<double>());
+    }
+    std::fprintf(out, "\n");
+  };
+  for (const auto& c : reports[0]["category_order"]) row(c.get<std::string>(), "");
+  row("", "mean_over_categories");
+  row("", "all");
+}
+
+std::string spec_bench_plot(const std::vector<json>& reports) {
+  struct Figure {
+    const char *field, *title, *y_label;
+  };
+  const Figure figures[] = {{"mean_accepted_length", "Tokens per round", "tokens per round"},
+                            {"speedup", "Speedup over plain decoding", "speculative / plain tok/s"},
+                            {"draft_ms_per_round", "Drafting round", "ms per round that drafted"}};
+  std::vector<PlotPanel> panels;
+  for (const Figure& f : figures) {
+    PlotPanel p;
+    p.title = f.title;
+    p.x_label = "mean prompt length of the category (tokens)";
+    p.y_label = f.y_label;
+    for (const json& r : reports) {
+      // Points in the order of their x, so that the line runs left to right.
+      std::vector<std::pair<double, double>> pts;
+      for (const auto& c : r["category_order"]) {
+        const json& j = r["categories"][c.get<std::string>()];
+        pts.emplace_back(std::max(1.0, j["mean_prompt_tokens"].get<double>()), j[f.field].get<double>());
+      }
+      std::sort(pts.begin(), pts.end());
+      PlotSeries s;
+      s.name = r["label"].get<std::string>();
+      for (const auto& [x, y] : pts) {
+        s.x.push_back(x);
+        s.y.push_back(y);
+      }
+      p.series.push_back(std::move(s));
+    }
+    panels.push_back(std::move(p));
+  }
+  const json& r0 = reports.at(0);
+  char title[256];
+  std::snprintf(title, sizeof title, "dspark bench spec: %s, T = %g, %d drafts, %s",
+                r0["model"].get<std::string>().c_str(), r0["temperature"].get<double>(),
+                r0["num_speculative_tokens"].get<int>(), r0["dtype"].get<std::string>().c_str());
+  return svg_plot(title, panels);
+}
+
 SpecOutputsFile::SpecOutputsFile(const std::string& path) : path_(path) {
   errno = 0;
   out_.open(path, std::ios::out | std::ios::trunc);
@@ -210,9 +286,11 @@ SpecOutputsFile::SpecOutputsFile(const std::string& path) : path_(path) {
 
 void SpecOutputsFile::write(const SpecPromptRun& r, const SpecBenchSetup& s) {
   json j;
+  j["method"] = s.label;
   if (!r.prompt->question_id.is_null()) j["question_id"] = r.prompt->question_id;
   j["category"] = r.prompt->category;
   j["prompt"] = r.prompt->text;
+  j["prompt_tokens"] = r.prompt_tokens;
   j["plain_text"] = r.plain_text;
   j["spec_text"] = r.spec_text;
   j["plain_tokens"] = r.plain_tokens.size();

@@ -3,14 +3,11 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <map>
 #include <optional>
-#include <sstream>
 
-#include "cli/bench_prompts.h"
 #include "cli/bench_connector.h"
 #include "cli/bench_serve.h"
-#include "cli/bench_spec_report.h"
+#include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "core/cpu.h"
@@ -19,13 +16,8 @@
 #include "kernels/gemm.h"
 #include "core/mmap_file.h"
 #include "model/forward.h"
-#include "runtime/context_limit.h"
-#include "runtime/generate.h"
 #include "runtime/spec_generate.h"
 #include "runtime/step_profile.h"
-#include "spec_decode/drafter.h"
-#include "spec_decode/verify_length.h"
-#include "tokenizer/tokenizer.h"
 
 namespace dspark {
 
@@ -186,153 +178,6 @@ int bench_memory(int argc, char** argv) {
   const double bw = measure_read_bandwidth();
   if (args.on("json")) std::cout << nlohmann::json{{"threads", num_threads()}, {"dram_read_gb_s", bw / 1e9}}.dump() << "\n";
   else std::printf("DRAM read bandwidth: %.1f GB/s with %d threads\n", bw / 1e9, num_threads());
-  return 0;
-}
-
-int bench_spec(int argc, char** argv) {
-  Args args;
-  args.flag("model", "target model directory or GGUF file")
-      .flag("speculative-config", "vLLM-style speculative config JSON")
-      .flag("prompts", "JSONL prompts (MT-Bench / Spec-Bench format, or dspark corpus prompts)")
-      .flag("per-category", "use the first N prompts of each category, in file order (0: all)",
-            true, "0")
-      .flag("limit",
-            "use the first K prompts (0: all); with --per-category, the first K of its selection",
-            true, "0")
-      .flag("outputs", "write one JSONL line per prompt: both texts and tokens, identical, rounds")
-      .flag("raw", "use the prompt text as is, without the chat template", false)
-      .flag("json", "print JSON", false);
-  add_length_flags(args, "128");
-  add_sampling_flags(args, SamplingParams{});
-  add_penalty_flags(args);
-  add_response_format_flag(args);
-  add_runtime_flags(args);
-  add_kv_cache_flag(args);
-  if (!args.parse(argc, argv, "bench spec",
-                  "Runs every prompt twice in the same run, plain and speculative, and reports, per "
-                  "category\n"
-                  "and over the run (the mean over categories and every prompt pooled): tok/s each way,\n"
-                  "speedup, tokens per round, drafts verified per round, and how many outputs are\n"
-                  "token-identical (at T = 0; n/a when sampling); then the histogram of the verification\n"
-                  "lengths chosen (0..K) and the cost of a drafting round relative to a target step.\n"
-                  "--per-category N selects the first N prompts of every category (Spec-Bench: 13, "
-                  "MT-Bench:\n"
-                  "8); --limit K is applied after it, keeping the first K selected prompts in file order."))
-    return 0;
-  const LoadOptions load = apply_runtime_flags(args);
-  const DType dtype = load.dtype;
-  const DType kv_dtype = kv_cache_dtype_from_flag(args, dtype);
-  const std::string dir = args.str("model");
-  GenerateParams gp;
-  length_from_flags(args, gp);
-  gp.sampling = sampling_from_flags(args);
-  gp.logits_params = penalties_from_flags(args);
-  validate_flag_params(gp);
-  const int limit = int(args.integer("limit", 0, kFlagIntMax));
-  const int per_category = int(args.integer("per-category", 0, kFlagIntMax));
-  // Opened before any work, so that an unwritable path is refused at once.
-  std::optional<SpecOutputsFile> outputs;
-  if (auto path = args.opt("outputs")) {
-    if (path->empty()) fail("flag --outputs: expects a file path");
-    outputs.emplace(*path);
-  }
-  std::vector<BenchPrompt> prompts;
-  if (per_category > 0) {
-    prompts = first_per_category(read_prompts(args.str("prompts"), 0), per_category);
-    if (limit > 0 && int(prompts.size()) > limit) prompts.resize(size_t(limit));
-  } else {
-    prompts = read_prompts(args.str("prompts"), limit);
-  }
-  auto tok = Tokenizer::from_dir(dir);
-  auto model = Model::load(dir, load);
-  const ModelConfig& cfg = model->config();
-  SpecConfig spec = SpecConfig::parse(args.str("speculative-config"));
-  auto drafter = load_drafter(spec, *model, dtype);
-  auto policy = make_verify_policy(spec, *model, kv_dtype);
-  gp.stop_token_ids = cfg.eos_token_ids;
-  const bool raw = args.on("raw");
-  std::optional<ChatFormat> fmt;
-  if (!raw) {
-    fmt = detect_chat_format(*tok);
-    for (int32_t id : chat_stop_tokens(*tok, *fmt)) gp.stop_token_ids.push_back(id);
-  }
-  response_format_from_flags(args, *tok, gp.stop_token_ids, gp.logits_params);
-  KvCache kv(cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, kv_dtype, 1 << 16);
-  Forward fwd(*model, kv);
-
-  SpecBenchSetup setup;
-  setup.model = dir;
-  setup.method = spec_method_name(spec.method);
-  setup.num_speculative_tokens = spec.num_speculative_tokens;
-  setup.temperature = gp.sampling.temperature;
-  setup.sampled = !gp.sampling.greedy();
-  setup.verify_lengths = spec.adaptive_verification      ? "adaptive (prefix length policy)"
-                         : spec.confidence_threshold > 0 ? "confidence threshold"
-                                                         : "full block";
-  setup.dtype = dtype_name(dtype);
-  setup.max_tokens = gp.max_tokens;
-  const bool json = args.on("json");
-  auto encode = [&](const std::string& text) {
-    return raw ? tok->encode(text, true)
-               : tok->encode(apply_chat_template(*fmt, {{"user", text}}, true));
-  };
-  // Every prompt is encoded and checked against the length limit before any work.
-  std::vector<std::vector<int32_t>> encoded;
-  const int max_model_len = resolve_max_model_len(cfg, gp.max_model_len);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    encoded.push_back(encode(prompts[i].text));
-    try {
-      check_prompt_length(int64_t(encoded.back().size()), max_model_len);
-    } catch (const Error& e) {
-      fail(args.str("prompts"), ": prompt ", i + 1, " (", prompts[i].category, "): ", e.what());
-    }
-  }
-  if (!prompts.empty()) {
-    // Warm-up, untimed: the first prompt once each way, so that one-off costs (the first touch of
-    // the target's and the drafter's KV pages, about 0.15 s on the demo target) land in neither
-    // side's figures. The prefix length policy may learn from this run's drafting time; it would from
-    // the first timed prompt anyway.
-    const std::vector<int32_t>& ids = encoded[0];
-    GenerateParams wp = gp;
-    wp.max_tokens = std::min(gp.max_tokens, 32);
-    for (int side = 0; side < 2; ++side) {
-      SpecMetrics m;
-      if (side == 0)
-        generate(fwd, *tok, ids, wp);
-      else
-        spec_generate(fwd, *tok, ids, wp, *drafter, spec, *policy, m);
-    }
-  }
-  std::vector<SpecPromptRun> runs(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    SpecPromptRun& r = runs[i];
-    r.prompt = &prompts[i];
-    GenerateResult plain = generate(fwd, *tok, encoded[i], gp);
-    GenerateResult sp =
-        spec_generate(fwd, *tok, encoded[i], gp, *drafter, spec, *policy, r.metrics);
-    r.plain_tokens = std::move(plain.tokens);
-    r.spec_tokens = std::move(sp.tokens);
-    r.plain_text = std::move(plain.text);
-    r.spec_text = std::move(sp.text);
-    r.plain_seconds = plain.decode_seconds;
-    r.spec_seconds = sp.decode_seconds;
-    if (outputs) outputs->write(r, setup);
-    if (!json)
-      std::fprintf(stderr,
-                   "[%zu/%zu] %-14s plain %6.1f tok/s  spec %6.1f tok/s  %.2f tokens/round  %.2f "
-                   "verified/round\n",
-                   i + 1, prompts.size(), r.prompt->category.c_str(),
-                   r.plain_tokens.size() / std::max(r.plain_seconds, 1e-9),
-                   r.spec_tokens.size() / std::max(r.spec_seconds, 1e-9),
-                   r.metrics.mean_accepted_length(),
-                   r.metrics.rounds ? double(r.metrics.drafted) / double(r.metrics.rounds) : 0.0);
-  }
-  if (outputs) outputs->close();
-  const nlohmann::json out = spec_bench_report(runs, setup);
-  if (json)
-    std::cout << out.dump(2) << "\n";
-  else
-    print_spec_bench_report(out, stdout);
   return 0;
 }
 

@@ -289,6 +289,76 @@ TEST_F(BenchSpec, BadFlagsAreRefusedNamingTheFlag) {
   EXPECT_FALSE(fs::exists(missing_dir));
 }
 
+// Several configs side by side: one report per config over the same plain runs, labels that tell
+// them apart, every prompt once per config in --outputs, and an SVG plot of each config's figures
+// per category against its mean prompt length.
+TEST_F(BenchSpec, ConfigsSideBySideShareThePlainRunsAndArePlotted) {
+  const std::string outputs = dir_ + "/side.jsonl", plot = dir_ + "/side.svg";
+  const std::string specs = "[" + kNgram + R"(, {"method": "ngram", "num_speculative_tokens": 2}, )" + kNgram + "]";
+  const Result r = bench({"--prompts", spec_bench_, "--max-tokens", "12", "--outputs", outputs, "--plot", plot,
+                          "--json"},
+                         model_, specs);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const json j = json::parse(r.out);
+  ASSERT_EQ(j["runs"].size(), 3u);
+  EXPECT_EQ(j["runs"][0]["label"], "ngram");
+  EXPECT_EQ(j["runs"][1]["label"], "ngram #2");
+  EXPECT_EQ(j["runs"][2]["label"], "ngram #3");
+  EXPECT_EQ(j["runs"][1]["num_speculative_tokens"], 2);
+  const std::vector<json> lines = read_jsonl(outputs);
+  ASSERT_EQ(lines.size(), 3u * 8u);
+  for (const std::string c : {"alpha", "beta", "gamma"}) {
+    double tokens = 0;
+    int n = 0;
+    for (const json& l : lines)
+      if (l["category"] == c && l["method"] == "ngram") tokens += l["prompt_tokens"].get<double>(), n++;
+    ASSERT_GT(n, 0) << c;
+    for (const json& run : j["runs"]) {
+      const json& cat = run["categories"][c];
+      EXPECT_DOUBLE_EQ(cat["mean_prompt_tokens"].get<double>(), tokens / n) << c;
+      // One plain run per prompt, shared by every config.
+      EXPECT_EQ(cat["plain_tokens"], j["runs"][0]["categories"][c]["plain_tokens"]) << c;
+      EXPECT_EQ(cat["plain_tok_s"], j["runs"][0]["categories"][c]["plain_tok_s"]) << c;
+    }
+  }
+  for (size_t i = 0; i < 8; ++i) {  // prompt i's lines: one per config, in config order
+    EXPECT_EQ(lines[3 * i]["method"], "ngram");
+    EXPECT_EQ(lines[3 * i + 1]["method"], "ngram #2");
+    EXPECT_EQ(lines[3 * i + 1]["plain_token_ids"], lines[3 * i]["plain_token_ids"]);
+  }
+  const std::string svg = slurp(plot);
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  for (const std::string s : {"Tokens per round", "Speedup over plain decoding", "Drafting round", "ngram #2",
+                              "ngram #3", "</svg>"})
+    EXPECT_NE(svg.find(s), std::string::npos) << s;
+  size_t lines_drawn = 0;  // 3 panels x 3 configs, one polyline each (plus the 3 axes)
+  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) lines_drawn++;
+  EXPECT_EQ(lines_drawn, 3u * 3u + 3u);
+  // The text report ends with the table side by side.
+  const Result t = bench({"--prompts", spec_bench_, "--max-tokens", "4"}, model_, specs);
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_NE(t.out.find("== ngram #2 =="), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("side by side"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("[3] t/r"), std::string::npos) << t.out;
+  // Bad arrays and plot paths are refused naming the flag, before any work.
+  struct Case {
+    std::string spec, flag, fragment;
+  };
+  const std::vector<Case> bad = {
+      {"[]", "", "flag --speculative-config: the array holds no config"},
+      {"[" + kNgram + R"(, {"method": "nope"}])", "", "flag --speculative-config: config 2 of 2"},
+      {kNgram, dir_ + "/no/such/dir/p.svg", "flag --plot: cannot write"},
+  };
+  for (const Case& c : bad) {
+    std::vector<std::string> f = {"--prompts", spec_bench_, "--max-tokens", "4"};
+    if (!c.flag.empty()) f.insert(f.end(), {"--plot", c.flag});
+    const Result b = bench(f, model_, c.spec);
+    EXPECT_NE(b.rc, 0) << c.spec;
+    EXPECT_LT(b.rc, 124) << b.err;
+    EXPECT_NE(b.err.find(c.fragment), std::string::npos) << b.err;
+  }
+}
+
 // Token identity on varied text: the demo target with its DSpark drafter, full blocks, f32, T = 0.
 TEST_F(BenchSpec, F32GreedyOutputsAreTokenIdenticalWithTheDemoDrafter) {
   const std::string models = DSPARK_MODELS_DIR;

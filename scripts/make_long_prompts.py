@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """A long-context prompt set from Debian-shipped documents, for `dspark bench spec` at depth.
 
-Each prompt is a document excerpt of about 4K, 16K or 30K tokens (counted with the model's
+Each prompt is a document excerpt of about 1K, 4K, 16K or 30K tokens (counted with the model's
 tokenizer through `dspark tokenize`) followed by a task that needs the excerpt: summarise it,
 continue it, or answer a question about its beginning. The category of a prompt is its bucket
-("4k", "16k", "30k"), so `bench spec` reports tokens per round, drafting cost and speedup per
+("1k", "4k", "16k", "30k"), so `bench spec` reports tokens per round, drafting cost and speedup per
 context length. The documents are GNU info manuals, Debian changelogs and the GPL, whatever of
 them this machine has; nothing comes from ../shared/data.
 
-  scripts/make_long_prompts.py [--model models/demo] [--per-bucket 3] [--buckets 4k,16k,30k]
+  scripts/make_long_prompts.py [--model models/demo] [--per-bucket 3] [--buckets 1k,4k,16k,30k]
                                [--out build/long_prompts.jsonl]
 
 Then, for the demo target (2,048 positions) stretched to 32,768 with YaRN x16:
@@ -24,7 +24,10 @@ import os
 import subprocess
 import sys
 
-BUCKETS = [("4k", 4096), ("16k", 16384), ("30k", 30720)]
+# (name, tokens). A bucket's place in this list sets which documents and tasks its prompts take, so
+# a bucket added later goes last and leaves the others' prompts as they were; they are written in
+# order of length.
+BUCKETS = [("4k", 4096), ("16k", 16384), ("30k", 30720), ("1k", 1024)]
 # Tokens left for the task, the chat template and the answer.
 RESERVE = 192
 SOURCES = [
@@ -62,7 +65,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="models/demo", help="model directory (its tokenizer counts the tokens)")
     ap.add_argument("--per-bucket", type=int, default=3, help="prompts per length bucket")
-    ap.add_argument("--buckets", default=",".join(n for n, _ in BUCKETS),
+    ap.add_argument("--buckets", default=",".join(n for n, _ in sorted(BUCKETS, key=lambda b: b[1])),
                     help="the length buckets to write, a comma list of " + ", ".join(n for n, _ in BUCKETS))
     ap.add_argument("--out", default="build/long_prompts.jsonl")
     ap.add_argument("--dspark", default=os.environ.get("DSPARK", "build/dspark"))
@@ -79,7 +82,7 @@ def main():
         if not os.path.exists(path) or any(d[0] == path for d in docs):
             continue
         ids = json.loads(dspark(a.dspark, ["tokenize", "--model", a.model, "--json"], read(path)))["ids"]
-        if len(ids) >= BUCKETS[0][1]:
+        if len(ids) >= 4096:
             docs.append((path, ids))
         if len(docs) >= 3 * a.per_bucket:
             break
@@ -89,7 +92,7 @@ def main():
     written = 0
     with open(a.out, "w") as out:
         # A bucket's prompts are the same whichever other buckets are asked for.
-        for b, (name, size) in enumerate(BUCKETS):
+        for b, (name, size) in sorted(enumerate(BUCKETS), key=lambda e: e[1][1]):
             if name not in wanted:
                 continue
             budget = size - RESERVE
@@ -110,7 +113,7 @@ def main():
                                       "source": os.path.basename(path), "context_tokens": budget}) + "\n")
                 written += 1
     print(f"make_long_prompts.py: {written} prompts ({a.per_bucket} per bucket of "
-          f"{', '.join(n for n, _ in BUCKETS if n in wanted)}) from {len(docs)} documents -> {a.out}")
+          f"{', '.join(n for n, _ in sorted(BUCKETS, key=lambda b: b[1]) if n in wanted)}) from {len(docs)} documents -> {a.out}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 // The machine's compute ceilings for the AVX2 kernels: FMA throughput with operands in
 // registers, with one 256-bit load per FMA, and the 6x16 outer-product micro-kernel with its
-// operands in L1. These bound what any f32-FMA matrix kernel can reach on this CPU.
+// operands in L1. These bound what any f32-FMA matrix kernel can reach on this CPU. For the
+// quantized kernels (AVX512-VNNI): vpdpbusd's throughput, and the share of it left when each
+// row's eight vpdpbusd per tile are followed by F floating-point operations that fold the integer
+// sums into f32 (kernels/qgemm_avx512.cpp: Q8_0 uses 2, Q4_K 3).
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -75,9 +78,80 @@ void BM_Micro6x16InL1(benchmark::State& state) {
   state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 6 * 16 * kc, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,fma")))
+
+VNNI_TARGET void BM_VnniRegisters(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    state.SkipWithError("this CPU has no AVX512-VNNI");
+    return;
+  }
+  // Ten independent accumulators (vpdpbusd's latency is several cycles), named so that they
+  // stay in registers.
+  __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2), a3 = _mm512_set1_epi32(3),
+          a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5), a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7),
+          a8 = _mm512_set1_epi32(8), a9 = _mm512_set1_epi32(9);
+  __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(5);
+  for (auto _ : state) {
+    for (int it = 0; it < 1000; ++it) {
+#define DSPARK_DP(x) x = _mm512_dpbusd_epi32(x, b, c);
+      DSPARK_DP(a0) DSPARK_DP(a1) DSPARK_DP(a2) DSPARK_DP(a3) DSPARK_DP(a4)
+      DSPARK_DP(a5) DSPARK_DP(a6) DSPARK_DP(a7) DSPARK_DP(a8) DSPARK_DP(a9)
+#undef DSPARK_DP
+      asm volatile("" : "+v"(b), "+v"(c));
+    }
+  }
+  benchmark::DoNotOptimize(_mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                            _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, _mm512_add_epi32(a7, _mm512_add_epi32(a8, a9))))));
+  state.counters["G int8 MAC/s"] = benchmark::Counter(10000.0 * 64, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
+// 10 rows of a quantized tile: per row eight vpdpbusd against the row's broadcast activations,
+// then F floating-point operations on the row's f32 output (0: a plain add; 1: convert and fused
+// multiply-add; 2: also a scale multiply; 3: also the minimum's multiply-add). Compare the rate
+// with BM_VnniRegisters' in the same run.
+template <int F>
+VNNI_TARGET void BM_VnniFold(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512vnni")) {
+    state.SkipWithError("this CPU has no AVX512-VNNI");
+    return;
+  }
+  alignas(64) static int32_t act[10 * 16];
+  for (int i = 0; i < 160; ++i) act[i] = i * 7;
+  __m512i w[8];
+  UNROLL for (int j = 0; j < 8; ++j) w[j] = _mm512_set1_epi8(char(j + 1));
+  __m512 s = _mm512_set1_ps(1.0001f), u = _mm512_set1_ps(0.999f), tot[10];
+  UNROLL for (int k = 0; k < 10; ++k) tot[k] = _mm512_setzero_ps();
+  for (auto _ : state) {
+    for (int it = 0; it < 1000; ++it) {
+      __m512i acc[10];
+      UNROLL for (int k = 0; k < 10; ++k) acc[k] = _mm512_setzero_si512();
+      UNROLL for (int j = 0; j < 8; ++j) UNROLL for (int k = 0; k < 10; ++k) acc[k] =
+          _mm512_dpbusd_epi32(acc[k], w[j], _mm512_set1_epi32(act[16 * k + j]));
+      UNROLL for (int k = 0; k < 10; ++k) {
+        const __m512 a = _mm512_maskz_cvtepi32_ps(0xffff, acc[k]);
+        if constexpr (F == 0) tot[k] = _mm512_add_ps(tot[k], _mm512_castsi512_ps(acc[k]));
+        if constexpr (F == 1) tot[k] = _mm512_fmadd_ps(a, s, tot[k]);
+        if constexpr (F >= 2)
+          tot[k] = _mm512_fmadd_ps(a, _mm512_mul_ps(s, _mm512_set1_ps(float(act[16 * k + 9]))), tot[k]);
+        if constexpr (F == 3) tot[k] = _mm512_fnmadd_ps(u, _mm512_set1_ps(float(act[16 * k + 10])), tot[k]);
+      }
+      UNROLL for (int j = 0; j < 8; ++j) asm volatile("" : "+v"(w[j]));
+      asm volatile("" : "+v"(s), "+v"(u));
+    }
+  }
+  UNROLL for (int k = 1; k < 10; ++k) tot[0] = _mm512_add_ps(tot[0], tot[k]);
+  benchmark::DoNotOptimize(tot[0]);
+  state.counters["G int8 MAC/s"] = benchmark::Counter(1000.0 * 10 * 8 * 64, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+}
+
 BENCHMARK(BM_FmaRegisters);
 BENCHMARK(BM_FmaWithLoad);
 BENCHMARK(BM_Micro6x16InL1);
+BENCHMARK(BM_VnniRegisters);
+BENCHMARK(BM_VnniFold<0>);
+BENCHMARK(BM_VnniFold<1>);
+BENCHMARK(BM_VnniFold<2>);
+BENCHMARK(BM_VnniFold<3>);
 
 }  // namespace
 

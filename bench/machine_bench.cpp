@@ -24,7 +24,8 @@ __attribute__((target("avx2,fma"))) void BM_FmaRegisters(benchmark::State& state
     }
   }
   benchmark::DoNotOptimize(a[7]);
-  state.counters["GFLOP/s"] = benchmark::Counter(12000.0 * 16, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      12000.0 * 16, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 __attribute__((target("avx2,fma"))) void BM_FmaWithLoad(benchmark::State& state) {
@@ -36,16 +37,19 @@ __attribute__((target("avx2,fma"))) void BM_FmaWithLoad(benchmark::State& state)
   for (auto _ : state) {
     for (int it = 0; it < 1000; ++it) {
       const float* p = buf + (it & 31) * 80;
-      UNROLL for (int i = 0; i < 10; ++i) a[i] = _mm256_fmadd_ps(_mm256_load_ps(p + 8 * i), b, a[i]);
+      UNROLL for (int i = 0; i < 10; ++i) a[i] =
+          _mm256_fmadd_ps(_mm256_load_ps(p + 8 * i), b, a[i]);
       asm volatile("" ::: "memory");
     }
   }
   benchmark::DoNotOptimize(a[3]);
   std::free(buf);
-  state.counters["GFLOP/s"] = benchmark::Counter(10000.0 * 16, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      10000.0 * 16, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
-__attribute__((target("avx2,fma"), noinline)) void micro6x16(const float* a, const float* panel, int kc, float* y) {
+__attribute__((target("avx2,fma"), noinline)) void micro6x16(const float* a, const float* panel,
+                                                             int kc, float* y) {
   __m256 c0[6], c1[6];
   UNROLL for (int i = 0; i < 6; ++i) c0[i] = c1[i] = _mm256_setzero_ps();
   for (int k = 0; k < kc; ++k) {
@@ -75,7 +79,9 @@ void BM_Micro6x16InL1(benchmark::State& state) {
   }
   std::free(a);
   std::free(panel);
-  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * 6 * 16 * kc, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * 6 * 16 * kc, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
 }
 
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,fma")))
@@ -87,22 +93,28 @@ VNNI_TARGET void BM_VnniRegisters(benchmark::State& state) {
   }
   // Ten independent accumulators (vpdpbusd's latency is several cycles), named so that they
   // stay in registers.
-  __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2), a3 = _mm512_set1_epi32(3),
-          a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5), a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7),
-          a8 = _mm512_set1_epi32(8), a9 = _mm512_set1_epi32(9);
+  __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2),
+          a3 = _mm512_set1_epi32(3), a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5),
+          a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7), a8 = _mm512_set1_epi32(8),
+          a9 = _mm512_set1_epi32(9);
   __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(5);
   for (auto _ : state) {
     for (int it = 0; it < 1000; ++it) {
 #define DSPARK_DP(x) x = _mm512_dpbusd_epi32(x, b, c);
-      DSPARK_DP(a0) DSPARK_DP(a1) DSPARK_DP(a2) DSPARK_DP(a3) DSPARK_DP(a4)
-      DSPARK_DP(a5) DSPARK_DP(a6) DSPARK_DP(a7) DSPARK_DP(a8) DSPARK_DP(a9)
+      DSPARK_DP(a0)
+      DSPARK_DP(a1) DSPARK_DP(a2) DSPARK_DP(a3) DSPARK_DP(a4) DSPARK_DP(a5) DSPARK_DP(a6)
+          DSPARK_DP(a7) DSPARK_DP(a8) DSPARK_DP(a9)
 #undef DSPARK_DP
-      asm volatile("" : "+v"(b), "+v"(c));
+              asm volatile(""
+                           : "+v"(b), "+v"(c));
     }
   }
-  benchmark::DoNotOptimize(_mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
-                                            _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, _mm512_add_epi32(a7, _mm512_add_epi32(a8, a9))))));
-  state.counters["G int8 MAC/s"] = benchmark::Counter(10000.0 * 64, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  benchmark::DoNotOptimize(_mm512_add_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+      _mm512_add_epi32(_mm512_add_epi32(a4, a5),
+                       _mm512_add_epi32(a6, _mm512_add_epi32(a7, _mm512_add_epi32(a8, a9))))));
+  state.counters["G int8 MAC/s"] = benchmark::Counter(
+      10000.0 * 64, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
 }
 
 // 10 rows of a quantized tile: per row eight vpdpbusd against the row's broadcast activations,
@@ -132,8 +144,10 @@ VNNI_TARGET void BM_VnniFold(benchmark::State& state) {
         if constexpr (F == 0) tot[k] = _mm512_add_ps(tot[k], _mm512_castsi512_ps(acc[k]));
         if constexpr (F == 1) tot[k] = _mm512_fmadd_ps(a, s, tot[k]);
         if constexpr (F >= 2)
-          tot[k] = _mm512_fmadd_ps(a, _mm512_mul_ps(s, _mm512_set1_ps(float(act[16 * k + 9]))), tot[k]);
-        if constexpr (F == 3) tot[k] = _mm512_fnmadd_ps(u, _mm512_set1_ps(float(act[16 * k + 10])), tot[k]);
+          tot[k] =
+              _mm512_fmadd_ps(a, _mm512_mul_ps(s, _mm512_set1_ps(float(act[16 * k + 9]))), tot[k]);
+        if constexpr (F == 3)
+          tot[k] = _mm512_fnmadd_ps(u, _mm512_set1_ps(float(act[16 * k + 10])), tot[k]);
       }
       UNROLL for (int j = 0; j < 8; ++j) asm volatile("" : "+v"(w[j]));
       asm volatile("" : "+v"(s), "+v"(u));
@@ -141,7 +155,9 @@ VNNI_TARGET void BM_VnniFold(benchmark::State& state) {
   }
   UNROLL for (int k = 1; k < 10; ++k) tot[0] = _mm512_add_ps(tot[0], tot[k]);
   benchmark::DoNotOptimize(tot[0]);
-  state.counters["G int8 MAC/s"] = benchmark::Counter(1000.0 * 10 * 8 * 64, benchmark::Counter::kIsIterationInvariantRate, benchmark::Counter::kIs1000);
+  state.counters["G int8 MAC/s"] =
+      benchmark::Counter(1000.0 * 10 * 8 * 64, benchmark::Counter::kIsIterationInvariantRate,
+                         benchmark::Counter::kIs1000);
 }
 
 BENCHMARK(BM_FmaRegisters);

@@ -88,7 +88,8 @@ std::vector<BenchPrompt> select_prompts(const Args& args) {
   const int limit = int(args.integer("limit", 0, kFlagIntMax));
   const int per_category = int(args.integer("per-category", 0, kFlagIntMax));
   if (per_category == 0) return read_prompts(args.str("prompts"), limit);
-  std::vector<BenchPrompt> prompts = first_per_category(read_prompts(args.str("prompts"), 0), per_category);
+  std::vector<BenchPrompt> prompts =
+      first_per_category(read_prompts(args.str("prompts"), 0), per_category);
   if (limit > 0 && int(prompts.size()) > limit) prompts.resize(size_t(limit));
   return prompts;
 }
@@ -103,16 +104,20 @@ std::optional<std::ofstream> open_plot(const Args& args) {
   return f;
 }
 
-void print_progress(size_t i, size_t n, const SpecPromptRun& r, const std::string& label, bool several) {
-  std::fprintf(stderr,
-               "[%zu/%zu] %-14s plain %6.1f tok/s  spec %6.1f tok/s  %.2f tokens/round  %.2f verified/round%s%s\n",
-               i + 1, n, r.prompt->category.c_str(), r.plain_tokens.size() / std::max(r.plain_seconds, 1e-9),
-               r.spec_tokens.size() / std::max(r.spec_seconds, 1e-9), r.metrics.mean_accepted_length(),
-               r.metrics.rounds ? double(r.metrics.drafted) / double(r.metrics.rounds) : 0.0,
-               several ? "  " : "", several ? label.c_str() : "");
+void print_progress(size_t i, size_t n, const SpecPromptRun& r, const std::string& label,
+                    bool several) {
+  std::fprintf(
+      stderr,
+      "[%zu/%zu] %-14s plain %6.1f tok/s  spec %6.1f tok/s  %.2f tokens/round  %.2f "
+      "verified/round%s%s\n",
+      i + 1, n, r.prompt->category.c_str(), r.plain_tokens.size() / std::max(r.plain_seconds, 1e-9),
+      r.spec_tokens.size() / std::max(r.spec_seconds, 1e-9), r.metrics.mean_accepted_length(),
+      r.metrics.rounds ? double(r.metrics.drafted) / double(r.metrics.rounds) : 0.0,
+      several ? "  " : "", several ? label.c_str() : "");
 }
 
-void report(std::vector<SpecArm>& arms, bool json, std::optional<std::ofstream>& plot, const std::string& plot_path) {
+void report(std::vector<SpecArm>& arms, bool json, std::optional<std::ofstream>& plot,
+            const std::string& plot_path) {
   std::vector<nlohmann::json> reports;
   for (const SpecArm& a : arms) reports.push_back(spec_bench_report(a.runs, a.setup));
   if (plot) {
@@ -121,7 +126,8 @@ void report(std::vector<SpecArm>& arms, bool json, std::optional<std::ofstream>&
     if (!*plot) fail("flag --plot: writing '", plot_path, "' failed");
   }
   if (json) {
-    std::cout << (reports.size() == 1 ? reports[0] : nlohmann::json{{"runs", reports}}).dump(2) << "\n";
+    std::cout << (reports.size() == 1 ? reports[0] : nlohmann::json{{"runs", reports}}).dump(2)
+              << "\n";
     return;
   }
   for (const nlohmann::json& r : reports) {
@@ -136,14 +142,20 @@ void report(std::vector<SpecArm>& arms, bool json, std::optional<std::ofstream>&
 int bench_spec(int argc, char** argv) {
   Args args;
   args.flag("model", "target model directory or GGUF file")
-      .flag("speculative-config", "vLLM-style speculative config JSON, or a JSON array of them run side by side")
+      .flag("speculative-config",
+            "vLLM-style speculative config JSON, or a JSON array of them run side by side")
       .flag("prompts", "JSONL prompts (MT-Bench / Spec-Bench format, or dspark corpus prompts)")
-      .flag("per-category", "use the first N prompts of each category, in file order (0: all)", true, "0")
-      .flag("limit", "use the first K prompts (0: all); with --per-category, the first K of its selection", true,
-            "0")
-      .flag("outputs", "write one JSONL line per prompt and config: both texts and tokens, identical, rounds")
-      .flag("plot", "write an SVG plot of tokens per round, speedup and drafting round per category against its "
-                    "mean prompt length (for the length buckets of scripts/make_long_prompts.py)")
+      .flag("per-category", "use the first N prompts of each category, in file order (0: all)",
+            true, "0")
+      .flag("limit",
+            "use the first K prompts (0: all); with --per-category, the first K of its selection",
+            true, "0")
+      .flag("outputs",
+            "write one JSONL line per prompt and config: both texts and tokens, identical, rounds")
+      .flag("plot",
+            "write an SVG plot of tokens per round, speedup and drafting round per category "
+            "against its "
+            "mean prompt length (for the length buckets of scripts/make_long_prompts.py)")
       .flag("raw", "use the prompt text as is, without the chat template", false)
       .flag("json", "print JSON (several configs: {\"runs\": [one report per config]})", false);
   add_length_flags(args, "128");
@@ -152,16 +164,17 @@ int bench_spec(int argc, char** argv) {
   add_response_format_flag(args);
   add_runtime_flags(args);
   add_kv_cache_flag(args);
-  if (!args.parse(argc, argv, "bench spec",
-                  "Runs every prompt plain, then speculatively with each config, in the same run, and\n"
-                  "reports, per category and over the run (the mean over categories and every prompt\n"
-                  "pooled): tok/s each way, speedup, tokens per round, drafts verified per round, and how\n"
-                  "many outputs are token-identical (at T = 0; n/a when sampling); then the histogram of\n"
-                  "the verification lengths chosen (0..K) and the cost of a drafting round relative to a\n"
-                  "target step. Several configs (a JSON array) share the plain runs and end with a table\n"
-                  "of them side by side. --per-category N selects the first N prompts of every category\n"
-                  "(Spec-Bench: 13, MT-Bench: 8); --limit K is applied after it, keeping the first K\n"
-                  "selected prompts in file order."))
+  if (!args.parse(
+          argc, argv, "bench spec",
+          "Runs every prompt plain, then speculatively with each config, in the same run, and\n"
+          "reports, per category and over the run (the mean over categories and every prompt\n"
+          "pooled): tok/s each way, speedup, tokens per round, drafts verified per round, and how\n"
+          "many outputs are token-identical (at T = 0; n/a when sampling); then the histogram of\n"
+          "the verification lengths chosen (0..K) and the cost of a drafting round relative to a\n"
+          "target step. Several configs (a JSON array) share the plain runs and end with a table\n"
+          "of them side by side. --per-category N selects the first N prompts of every category\n"
+          "(Spec-Bench: 13, MT-Bench: 8); --limit K is applied after it, keeping the first K\n"
+          "selected prompts in file order."))
     return 0;
   const LoadOptions load = apply_runtime_flags(args);
   const DType dtype = load.dtype;
@@ -192,7 +205,8 @@ int bench_spec(int argc, char** argv) {
   }
   std::set<std::string> labels;  // each config named once
   for (size_t k = 0; k < arms.size(); ++k)
-    if (!labels.insert(arms[k].setup.label).second) arms[k].setup.label += " #" + std::to_string(k + 1);
+    if (!labels.insert(arms[k].setup.label).second)
+      arms[k].setup.label += " #" + std::to_string(k + 1);
   gp.stop_token_ids = cfg.eos_token_ids;
   const bool raw = args.on("raw");
   std::optional<ChatFormat> fmt;
@@ -207,8 +221,9 @@ int bench_spec(int argc, char** argv) {
   std::vector<std::vector<int32_t>> encoded;
   const int max_model_len = resolve_max_model_len(cfg, gp.max_model_len);
   for (size_t i = 0; i < prompts.size(); ++i) {
-    encoded.push_back(raw ? tok->encode(prompts[i].text, true)
-                          : tok->encode(apply_chat_template(*fmt, {{"user", prompts[i].text}}, true)));
+    encoded.push_back(
+        raw ? tok->encode(prompts[i].text, true)
+            : tok->encode(apply_chat_template(*fmt, {{"user", prompts[i].text}}, true)));
     try {
       check_prompt_length(int64_t(encoded.back().size()), max_model_len);
     } catch (const Error& e) {
@@ -236,7 +251,8 @@ int bench_spec(int argc, char** argv) {
       SpecPromptRun& r = a.runs[i];
       r.prompt = &prompts[i];
       r.prompt_tokens = int64_t(encoded[i].size());
-      GenerateResult sp = spec_generate(fwd, *tok, encoded[i], gp, *a.drafter, a.spec, *a.policy, r.metrics);
+      GenerateResult sp =
+          spec_generate(fwd, *tok, encoded[i], gp, *a.drafter, a.spec, *a.policy, r.metrics);
       r.plain_tokens = plain.tokens;
       r.plain_text = plain.text;
       r.plain_seconds = plain.decode_seconds;

@@ -88,15 +88,10 @@ json summary(const Group& g, const SpecBenchSetup& s) {
 }
 
 // Figures averaged over categories, each category once whatever its prompt count.
-constexpr const char* kMeanFields[] = {"mean_prompt_tokens",
-                                       "plain_tok_s",
-                                       "spec_tok_s",
-                                       "speedup",
-                                       "mean_accepted_length",
-                                       "mean_verified_drafts",
-                                       "acceptance_rate",
-                                       "draft_ms_per_round",
-                                       "draft_cost_vs_target_step"};
+constexpr const char* kMeanFields[] = {
+    "mean_prompt_tokens",       "plain_tok_s",          "spec_tok_s",      "speedup",
+    "mean_accepted_length",     "mean_verified_drafts", "acceptance_rate", "draft_ms_per_round",
+    "draft_cost_vs_target_step"};
 
 }  // namespace
 
@@ -188,7 +183,8 @@ void print_spec_bench_report(const json& r, std::FILE* out) {
                  r["dtype"].get<std::string>().c_str());
   const json& all = r["all"];
   const int K = r["num_speculative_tokens"].get<int>();
-  std::fprintf(out, "drafting round %.2f ms = %.2fx a target step (%.2f ms), per round that drafted\n",
+  std::fprintf(out,
+               "drafting round %.2f ms = %.2fx a target step (%.2f ms), per round that drafted\n",
                all["draft_ms_per_round"].get<double>(),
                all["draft_cost_vs_target_step"].get<double>(), all["target_step_ms"].get<double>());
   std::fprintf(out, "drafts verified per round %.2f of %d proposed (%s)\n",
@@ -209,8 +205,10 @@ void print_spec_bench_report(const json& r, std::FILE* out) {
 
 void print_spec_bench_comparison(const std::vector<json>& reports, std::FILE* out) {
   if (reports.empty()) return;
-  std::fprintf(out, "\nside by side (the same prompts and plain runs; t/r: tokens per round, x: speedup, "
-                    "ms: drafting round):\n");
+  std::fprintf(
+      out,
+      "\nside by side (the same prompts and plain runs; t/r: tokens per round, x: speedup, "
+      "ms: drafting round):\n");
   for (size_t k = 0; k < reports.size(); ++k)
     std::fprintf(out, "  [%zu] %s\n", k + 1, reports[k]["label"].get<std::string>().c_str());
   std::fprintf(out, "%-18s %8s", "category", "tokens");
@@ -223,7 +221,11 @@ void print_spec_bench_comparison(const std::vector<json>& reports, std::FILE* ou
   std::fprintf(out, "\n");
   auto row = [&](const std::string& name, const std::string& field) {
     const json& first = field.empty() ? reports[0]["categories"][name] : reports[0][field];
-    std::fprintf(out, "%-18s %8.0f", (field.empty() ? name : field == "all" ? "pooled" : "mean of categories").c_str(),
+    std::fprintf(out, "%-18s %8.0f",
+                 (field.empty()    ? name
+                  : field == "all" ? "pooled"
+                                   : "mean of categories")
+                     .c_str(),
                  first.value("mean_prompt_tokens", std::nan("")));
     for (const json& r : reports) {
       const json& j = field.empty() ? r["categories"][name] : r[field];
@@ -255,7 +257,8 @@ std::string spec_bench_plot(const std::vector<json>& reports) {
       std::vector<std::pair<double, double>> pts;
       for (const auto& c : r["category_order"]) {
         const json& j = r["categories"][c.get<std::string>()];
-        pts.emplace_back(std::max(1.0, j["mean_prompt_tokens"].get<double>()), j[f.field].get<double>());
+        pts.emplace_back(std::max(1.0, j["mean_prompt_tokens"].get<double>()),
+                         j[f.field].get<double>());
       }
       std::sort(pts.begin(), pts.end());
       PlotSeries s;

@@ -294,9 +294,10 @@ TEST_F(BenchSpec, BadFlagsAreRefusedNamingTheFlag) {
 // per category against its mean prompt length.
 TEST_F(BenchSpec, ConfigsSideBySideShareThePlainRunsAndArePlotted) {
   const std::string outputs = dir_ + "/side.jsonl", plot = dir_ + "/side.svg";
-  const std::string specs = "[" + kNgram + R"(, {"method": "ngram", "num_speculative_tokens": 2}, )" + kNgram + "]";
-  const Result r = bench({"--prompts", spec_bench_, "--max-tokens", "12", "--outputs", outputs, "--plot", plot,
-                          "--json"},
+  const std::string specs =
+      "[" + kNgram + R"(, {"method": "ngram", "num_speculative_tokens": 2}, )" + kNgram + "]";
+  const Result r = bench({"--prompts", spec_bench_, "--max-tokens", "12", "--outputs", outputs,
+                          "--plot", plot, "--json"},
                          model_, specs);
   ASSERT_EQ(r.rc, 0) << r.err;
   const json j = json::parse(r.out);
@@ -311,7 +312,8 @@ TEST_F(BenchSpec, ConfigsSideBySideShareThePlainRunsAndArePlotted) {
     double tokens = 0;
     int n = 0;
     for (const json& l : lines)
-      if (l["category"] == c && l["method"] == "ngram") tokens += l["prompt_tokens"].get<double>(), n++;
+      if (l["category"] == c && l["method"] == "ngram")
+        tokens += l["prompt_tokens"].get<double>(), n++;
     ASSERT_GT(n, 0) << c;
     for (const json& run : j["runs"]) {
       const json& cat = run["categories"][c];
@@ -328,11 +330,12 @@ TEST_F(BenchSpec, ConfigsSideBySideShareThePlainRunsAndArePlotted) {
   }
   const std::string svg = slurp(plot);
   EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
-  for (const std::string s : {"Tokens per round", "Speedup over plain decoding", "Drafting round", "ngram #2",
-                              "ngram #3", "</svg>"})
+  for (const std::string s : {"Tokens per round", "Speedup over plain decoding", "Drafting round",
+                              "ngram #2", "ngram #3", "</svg>"})
     EXPECT_NE(svg.find(s), std::string::npos) << s;
   size_t lines_drawn = 0;  // 3 panels x 3 configs, one polyline each (plus the 3 axes)
-  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1)) lines_drawn++;
+  for (size_t p = svg.find("<polyline"); p != std::string::npos; p = svg.find("<polyline", p + 1))
+    lines_drawn++;
   EXPECT_EQ(lines_drawn, 3u * 3u + 3u);
   // The text report ends with the table side by side.
   const Result t = bench({"--prompts", spec_bench_, "--max-tokens", "4"}, model_, specs);
@@ -407,7 +410,8 @@ TEST(BenchStep, SpsOutWritesTheCurveTheLengthPolicyLoads) {
   const std::string step = "bench step --model " + quote(models + "/demo") +
                            " --contexts 64 --batches 1 --tokens 1 --reps 1 --prefill-tokens 0";
   // The last one is for the bench spec run below: f32, as that run is.
-  for (const auto& [flags, size, k, dtype] : std::vector<std::tuple<std::string, size_t, int, std::string>>{
+  for (const auto& [flags, size, k, dtype] :
+       std::vector<std::tuple<std::string, size_t, int, std::string>>{
            {"", 2048, 8, "BF16"},
            {" --max-step-tokens 100 --num-speculative-tokens 4 --dtype f32", 100, 4, "F32"}}) {
     ASSERT_EQ(run(step + flags + " --sps-out " + quote(curve)), 0) << slurp(err);
@@ -421,11 +425,13 @@ TEST(BenchStep, SpsOutWritesTheCurveTheLengthPolicyLoads) {
     EXPECT_GT(sps[0], sps.back()) << "a step of " << size << " tokens costs more than one of 1";
   }
   const std::string prompts = dir + "/prompts.jsonl";
-  std::ofstream(prompts) << R"({"prompt": "What is 12 times 7? Explain the steps.", "domain": "math"})"
-                         << "\n";
-  const std::string spec = R"({"model": ")" + models + R"(/demo-dspark", "method": "dspark", )" +
-                           R"("num_speculative_tokens": 4, "enable_adaptive_verification": true, )" +
-                           R"("dspark_sps_curve": ")" + curve + R"("})";
+  std::ofstream(prompts)
+      << R"({"prompt": "What is 12 times 7? Explain the steps.", "domain": "math"})"
+      << "\n";
+  const std::string spec =
+      R"({"model": ")" + models + R"(/demo-dspark", "method": "dspark", )" +
+      R"("num_speculative_tokens": 4, "enable_adaptive_verification": true, )" +
+      R"("dspark_sps_curve": ")" + curve + R"("})";
   ASSERT_EQ(run("bench spec --model " + quote(models + "/demo") + " --prompts " + quote(prompts) +
                 " --max-tokens 24 --dtype f32 --json --speculative-config " + quote(spec)),
             0)
@@ -440,8 +446,11 @@ TEST(BenchStep, SpsOutWritesTheCurveTheLengthPolicyLoads) {
   // A curve measured on another CPU, with other kernels, threads or dtype is refused, naming the
   // file and the field: the policy's lengths are only right on the machine it describes.
   const json good = json::parse(slurp(curve));
-  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
-           {"cpu", "Some Other CPU (avx2 fma)"}, {"gemm", "reference"}, {"threads", 7}, {"dtype", "BF16"}}) {
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, json>>{{"cpu", "Some Other CPU (avx2 fma)"},
+                                                 {"gemm", "reference"},
+                                                 {"threads", 7},
+                                                 {"dtype", "BF16"}}) {
     json bad = good;
     bad[field] = value;
     std::ofstream(curve) << bad.dump();
@@ -449,14 +458,16 @@ TEST(BenchStep, SpsOutWritesTheCurveTheLengthPolicyLoads) {
                   " --max-tokens 4 --dtype f32 --speculative-config " + quote(spec)),
               0)
         << field;
-    EXPECT_NE(slurp(err).find(curve + ": field '" + field + "' is '"), std::string::npos) << slurp(err);
+    EXPECT_NE(slurp(err).find(curve + ": field '" + field + "' is '"), std::string::npos)
+        << slurp(err);
   }
   // A curve for a smaller K than the config's is refused, naming the field.
   std::ofstream(curve) << R"({"dspark_sps_curve": [500, 400, 300]})";
   EXPECT_NE(run("bench spec --model " + quote(models + "/demo") + " --prompts " + quote(prompts) +
                 " --max-tokens 4 --speculative-config " + quote(spec)),
             0);
-  EXPECT_NE(slurp(err).find("'dspark_sps_curve' has 3 entries but needs at least 5"), std::string::npos)
+  EXPECT_NE(slurp(err).find("'dspark_sps_curve' has 3 entries but needs at least 5"),
+            std::string::npos)
       << slurp(err);
   fs::remove_all(dir);
 }

@@ -154,8 +154,8 @@ int bench_spec(int argc, char** argv) {
             "write one JSONL line per prompt and config: both texts and tokens, identical, rounds")
       .flag("plot",
             "write an SVG plot of tokens per round, speedup and drafting round per category "
-            "against its "
-            "mean prompt length (for the length buckets of scripts/make_long_prompts.py)")
+            "against its mean prompt length (for the length buckets of "
+            "scripts/make_long_prompts.py)")
       .flag("raw", "use the prompt text as is, without the chat template", false)
       .flag("json", "print JSON (several configs: {\"runs\": [one report per config]})", false);
   add_length_flags(args, "128");

@@ -553,12 +553,14 @@ def model_reference(d, cfg, w, factors, seed, greedy_tokens):
 
 # ---------------------------------------------------------------- tokenizers
 
-def tokenizer_kvs(path, pre, add_bos):
-    """The tokenizer.ggml.* keys llama.cpp's converter writes for a byte-level BPE tokenizer.json."""
+def tokenizer_kvs(path, pre, add_bos, vocab_size=0):
+    """The tokenizer.ggml.* keys llama.cpp's converter writes for a byte-level BPE tokenizer.json:
+    as many tokens as the model's vocab_size when it has more rows than the tokenizer has ids (the
+    rest "[PADi]", unused), as llama.cpp checks the embedding's rows against the token count."""
     j = json.load(open(path, encoding="utf-8"))
     added = {a["id"]: a for a in j.get("added_tokens", [])}
     vocab = j["model"]["vocab"]
-    n = max(max(vocab.values()), max(added) if added else -1) + 1
+    n = max(max(vocab.values()) + 1, max(added) + 1 if added else 0, vocab_size)
     tokens, types = [f"[PAD{i}]" for i in range(n)], [5] * n  # gaps: unused
     for t, i in vocab.items():
         tokens[i], types[i] = t, 1
@@ -598,9 +600,10 @@ def convert(hf_dir, out, tname):
            (f"{a}.attention.head_count", U32, cfg["num_attention_heads"]),
            (f"{a}.attention.head_count_kv", U32, cfg["num_key_value_heads"]),
            (f"{a}.attention.key_length", U32, cfg["head_dim"]),
+           (f"{a}.attention.value_length", U32, cfg["head_dim"]),
            (f"{a}.attention.layer_norm_rms_epsilon", F32, cfg["rms_norm_eps"]),
            (f"{a}.rope.freq_base", F32, cfg["rope_theta"])]
-    kvs += tokenizer_kvs(os.path.join(hf_dir, "tokenizer.json"), pre, False)
+    kvs += tokenizer_kvs(os.path.join(hf_dir, "tokenizer.json"), pre, False, cfg["vocab_size"])
     if eos:
         kvs.append(("tokenizer.ggml.eos_token_id", U32, eos[-1]))
     if len(eos) > 1:

@@ -6,7 +6,8 @@
 # With --depths D1,D2,...: the same at each depth D (llama-bench -d D with -n 32; dspark bench
 # step --contexts D). llama-bench fills a depth by prefilling it, once per test: at 32,768 on two
 # cores that takes tens of minutes.
-# --decode-only skips llama-bench's 9-token step (at 32,768 it costs a second fill of the depth).
+# --decode-only skips llama-bench's 9-token step: with -ub 9 it also fills the depth 9 tokens at a
+# time (at 8,192 on two cores that took over 10 minutes).
 # Each round runs the commands once per file and depth, in turn; the table gives medians over
 # rounds.
 #

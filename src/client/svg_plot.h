@@ -1,6 +1,6 @@
 // A line plot written as SVG text (no library): panels side by side, each with axes, ticks and
 // grid lines, one line with markers per series (series k has the same colour in every panel), and
-// one legend under the title. Used for `dspark bench serve --sweep`.
+// one legend under the title. Used for `dspark bench serve --sweep` and `dspark bench spec --plot`.
 #pragma once
 
 #include <string>

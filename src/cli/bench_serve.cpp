@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "cli/bench_prompts.h"
+#include "cli/flag_files.h"
 #include "client/load_run.h"
 #include "client/prefix_prompts.h"
 #include "client/report.h"
@@ -88,25 +89,6 @@ void declare_flags(Args& a) {
             "--serve-arg f32)")
       .flag("server-log", "with --model: append the server's output to this file")
       .flag("server-timeout", "with --model: seconds for the server to start serving", true, "900");
-}
-
-void write_file(const std::string& path, const std::string& text, const std::string& flag) {
-  std::ofstream f(path, std::ios::binary);
-  if (!f) fail("flag --", flag, ": cannot write ", path);
-  f << text;
-  if (!f) fail("flag --", flag, ": write to ", path, " failed");
-}
-
-// Refuses an output path that cannot be written before a run that may take many minutes.
-void check_writable(const std::string& path, const std::string& flag) {
-  const bool existed = std::filesystem::exists(path);
-  if (existed && std::filesystem::is_directory(path))
-    fail("flag --", flag, ": ", path, " is a directory");
-  {
-    std::ofstream f(path, std::ios::app);
-    if (!f) fail("flag --", flag, ": cannot write ", path);
-  }
-  if (!existed) std::filesystem::remove(path);
 }
 
 // A speculative config from the command line, checked now (errors name the field).

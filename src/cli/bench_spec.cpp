@@ -2,7 +2,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 #include "cli/bench_prompts.h"
 #include "cli/bench_spec_report.h"
 #include "cli/common.h"
+#include "cli/flag_files.h"
 #include "core/error.h"
 #include "model/forward.h"
 #include "runtime/context_limit.h"
@@ -94,16 +94,6 @@ std::vector<BenchPrompt> select_prompts(const Args& args) {
   return prompts;
 }
 
-// A file flag opened before any work, so that an unwritable path is refused at once.
-std::optional<std::ofstream> open_plot(const Args& args) {
-  auto path = args.opt("plot");
-  if (!path) return std::nullopt;
-  if (path->empty()) fail("flag --plot: expects a file path");
-  std::ofstream f(*path, std::ios::out | std::ios::trunc);
-  if (!f) fail("flag --plot: cannot write '", *path, "'");
-  return f;
-}
-
 void print_progress(size_t i, size_t n, const SpecPromptRun& r, const std::string& label,
                     bool several) {
   std::fprintf(
@@ -116,15 +106,10 @@ void print_progress(size_t i, size_t n, const SpecPromptRun& r, const std::strin
       several ? "  " : "", several ? label.c_str() : "");
 }
 
-void report(std::vector<SpecArm>& arms, bool json, std::optional<std::ofstream>& plot,
-            const std::string& plot_path) {
+void report(const std::vector<SpecArm>& arms, bool json, const std::optional<std::string>& plot) {
   std::vector<nlohmann::json> reports;
   for (const SpecArm& a : arms) reports.push_back(spec_bench_report(a.runs, a.setup));
-  if (plot) {
-    *plot << spec_bench_plot(reports);
-    plot->close();
-    if (!*plot) fail("flag --plot: writing '", plot_path, "' failed");
-  }
+  if (plot) write_file(*plot, spec_bench_plot(reports), "plot");
   if (json) {
     std::cout << (reports.size() == 1 ? reports[0] : nlohmann::json{{"runs", reports}}).dump(2)
               << "\n";
@@ -190,7 +175,8 @@ int bench_spec(int argc, char** argv) {
     if (path->empty()) fail("flag --outputs: expects a file path");
     outputs.emplace(*path);
   }
-  std::optional<std::ofstream> plot = open_plot(args);
+  const std::optional<std::string> plot = args.opt("plot");
+  if (plot) check_writable(*plot, "plot");  // before the run, which may take many minutes
   const std::vector<BenchPrompt> prompts = select_prompts(args);
   auto tok = Tokenizer::from_dir(dir);
   auto model = Model::load(dir, load);
@@ -264,7 +250,7 @@ int bench_spec(int argc, char** argv) {
     }
   }
   if (outputs) outputs->close();
-  report(arms, json, plot, args.opt("plot").value_or(""));
+  report(arms, json, plot);
   return 0;
 }
 

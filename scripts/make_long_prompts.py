@@ -28,6 +28,10 @@ import sys
 # a bucket added later goes last and leaves the others' prompts as they were; they are written in
 # order of length.
 BUCKETS = [("4k", 4096), ("16k", 16384), ("30k", 30720), ("1k", 1024)]
+# Bucket names in order of length, the order they are written in.
+BY_LENGTH = [n for n, _ in sorted(BUCKETS, key=lambda b: b[1])]
+# Documents shorter than this are not used (the 1k bucket draws from the same documents as 4k).
+MIN_DOC_TOKENS = 4096
 # Tokens left for the task, the chat template and the answer.
 RESERVE = 192
 SOURCES = [
@@ -65,7 +69,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="models/demo", help="model directory (its tokenizer counts the tokens)")
     ap.add_argument("--per-bucket", type=int, default=3, help="prompts per length bucket")
-    ap.add_argument("--buckets", default=",".join(n for n, _ in sorted(BUCKETS, key=lambda b: b[1])),
+    ap.add_argument("--buckets", default=",".join(BY_LENGTH),
                     help="the length buckets to write, a comma list of " + ", ".join(n for n, _ in BUCKETS))
     ap.add_argument("--out", default="build/long_prompts.jsonl")
     ap.add_argument("--dspark", default=os.environ.get("DSPARK", "build/dspark"))
@@ -82,12 +86,12 @@ def main():
         if not os.path.exists(path) or any(d[0] == path for d in docs):
             continue
         ids = json.loads(dspark(a.dspark, ["tokenize", "--model", a.model, "--json"], read(path)))["ids"]
-        if len(ids) >= 4096:
+        if len(ids) >= MIN_DOC_TOKENS:
             docs.append((path, ids))
         if len(docs) >= 3 * a.per_bucket:
             break
     if not docs:
-        sys.exit("make_long_prompts.py: no Debian document of 4,096 tokens or more was found")
+        sys.exit(f"make_long_prompts.py: no Debian document of {MIN_DOC_TOKENS} tokens or more was found")
     os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     written = 0
     with open(a.out, "w") as out:
@@ -113,7 +117,7 @@ def main():
                                       "source": os.path.basename(path), "context_tokens": budget}) + "\n")
                 written += 1
     print(f"make_long_prompts.py: {written} prompts ({a.per_bucket} per bucket of "
-          f"{', '.join(n for n, _ in sorted(BUCKETS, key=lambda b: b[1]) if n in wanted)}) from {len(docs)} documents -> {a.out}")
+          f"{', '.join(n for n in BY_LENGTH if n in wanted)}) from {len(docs)} documents -> {a.out}")
 
 
 if __name__ == "__main__":

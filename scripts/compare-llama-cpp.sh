@@ -55,8 +55,8 @@ trap 'rm -rf "$work"' EXIT
 echo "llama.cpp: $("$bench" --version 2>&1 | head -1 || true); dspark: $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo '?'); $threads threads" >&2
 for r in $(seq 1 "$rounds"); do
   for i in "${!files[@]}"; do
+    f=${files[$i]}
     for d in "${depth_list[@]}"; do
-      f=${files[$i]}
       echo "round $r/$rounds: $(basename "$f") at depth $d" >&2
       # At depth, one repetition of each: llama-bench prefills the depth again for every one.
       n=64 ctx=64 reps=3

@@ -86,11 +86,14 @@ void BM_Micro6x16InL1(benchmark::State& state) {
 
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vnni,fma")))
 
+bool skipped_without_vnni(benchmark::State& state) {
+  if (__builtin_cpu_supports("avx512vnni")) return false;
+  state.SkipWithError("this CPU has no AVX512-VNNI");
+  return true;
+}
+
 VNNI_TARGET void BM_VnniRegisters(benchmark::State& state) {
-  if (!__builtin_cpu_supports("avx512vnni")) {
-    state.SkipWithError("this CPU has no AVX512-VNNI");
-    return;
-  }
+  if (skipped_without_vnni(state)) return;
   // Ten independent accumulators (vpdpbusd's latency is several cycles), named so that they
   // stay in registers.
   __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2),
@@ -100,13 +103,19 @@ VNNI_TARGET void BM_VnniRegisters(benchmark::State& state) {
   __m512i b = _mm512_set1_epi8(3), c = _mm512_set1_epi8(5);
   for (auto _ : state) {
     for (int it = 0; it < 1000; ++it) {
-#define DSPARK_DP(x) x = _mm512_dpbusd_epi32(x, b, c);
-      DSPARK_DP(a0)
-      DSPARK_DP(a1) DSPARK_DP(a2) DSPARK_DP(a3) DSPARK_DP(a4) DSPARK_DP(a5) DSPARK_DP(a6)
-          DSPARK_DP(a7) DSPARK_DP(a8) DSPARK_DP(a9)
+#define DSPARK_DP(x) x = _mm512_dpbusd_epi32(x, b, c)
+      DSPARK_DP(a0);
+      DSPARK_DP(a1);
+      DSPARK_DP(a2);
+      DSPARK_DP(a3);
+      DSPARK_DP(a4);
+      DSPARK_DP(a5);
+      DSPARK_DP(a6);
+      DSPARK_DP(a7);
+      DSPARK_DP(a8);
+      DSPARK_DP(a9);
 #undef DSPARK_DP
-              asm volatile(""
-                           : "+v"(b), "+v"(c));
+      asm volatile("" : "+v"(b), "+v"(c));
     }
   }
   benchmark::DoNotOptimize(_mm512_add_epi32(
@@ -123,10 +132,7 @@ VNNI_TARGET void BM_VnniRegisters(benchmark::State& state) {
 // with BM_VnniRegisters' in the same run.
 template <int F>
 VNNI_TARGET void BM_VnniFold(benchmark::State& state) {
-  if (!__builtin_cpu_supports("avx512vnni")) {
-    state.SkipWithError("this CPU has no AVX512-VNNI");
-    return;
-  }
+  if (skipped_without_vnni(state)) return;
   alignas(64) static int32_t act[10 * 16];
   for (int i = 0; i < 160; ++i) act[i] = i * 7;
   __m512i w[8];

@@ -24,7 +24,8 @@ Rng position_rng(uint64_t seed, StreamKind kind, int anchor_pos) {
 
 int speculation_length(const Drafter* drafter, const SpecConfig& spec) {
   if (!drafter) return 0;
-  return spec.num_speculative_tokens > 0 ? spec.num_speculative_tokens : drafter->max_draft_tokens();
+  return spec.num_speculative_tokens > 0 ? spec.num_speculative_tokens
+                                         : drafter->max_draft_tokens();
 }
 
 ModelRunner::ModelRunner(Forward& fwd, const EngineOptions& opt, std::unique_ptr<Drafter> own,
@@ -123,15 +124,15 @@ bool ModelRunner::propose(const StepPlan& plan) {
   }
   const double t0 = now_seconds();
   for (RequestState* r : dec) r->draft.clear();
-  flush_held(dec);  // the drafter's context must be complete before it drafts
+  flush_held(dec);             // the drafter's context must be complete before it drafts
   for (auto& v : drafters_) {  // one batched pass per drafter version (one but after a reload)
     jobs_.clear();
     for (RequestState* r : dec) {
       if (r->want <= 0 || r->dv != v.get()) continue;
       const int pos = r->anchor_pos();
       r->draft_rng = position_rng(r->req.params.sampling.seed, kDraftStream, pos);
-      DraftSampling ds{spec_.draft_sample == DraftSampleMethod::Probabilistic, r->req.params.sampling,
-                       &r->draft_rng, r->processor.get()};
+      DraftSampling ds{spec_.draft_sample == DraftSampleMethod::Probabilistic,
+                       r->req.params.sampling, &r->draft_rng, r->processor.get()};
       jobs_.push_back(DraftJob{r->draft_seq, r->anchor, pos, r->want, ds, &r->draft});
     }
     if (!jobs_.empty()) v->d->propose_batch(jobs_);
@@ -147,7 +148,7 @@ bool ModelRunner::propose(const StepPlan& plan) {
   lengths_.assign(dec.size(), 0);
   policy_->choose(draft_ptrs_, lengths_);
   const double drafting = now_seconds() - t0;
-  policy_->observe_drafting(drafting);
+  policy_->observe_drafting(drafting, int(dec.size()));
   out_.drafting(drafting, proposed);
   for (size_t i = 0; i < dec.size(); ++i)
     dec[i]->verify_len = std::clamp(lengths_[i], 0, int(dec[i]->draft.tokens.size()));
@@ -238,8 +239,8 @@ void ModelRunner::execute(const StepPlan& plan, bool drafted, double t_step) {
 // Prefill results: the drafter's context, and the first token of prompts that completed.
 void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out) {
   const int V = cfg_.vocab_size;
-  const int width = out.n_taps * out.hidden;       // a row of taps
-  const int dwidth = drafter_taps_ * out.hidden;   // the drafter's features: a row's first floats
+  const int width = out.n_taps * out.hidden;      // a row of taps
+  const int dwidth = drafter_taps_ * out.hidden;  // the drafter's features: a row's first floats
   const bool dtaps = drafter_taps_ > 0;
   int tail_i = 0;
   for (RequestState* r : plan.prefill) {
@@ -272,7 +273,8 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
     const int out_row = n_head_ + tail_i++;
     r->decoding = true;
     if (r->out_tokens.empty()) {
-      out_.metrics().prompt_tokens += r->prompt_len();  // as vLLM: at the first token, cached or not
+      out_.metrics().prompt_tokens +=
+          r->prompt_len();  // as vLLM: at the first token, cached or not
       if (r->req.params.prompt_logprobs >= 0) {
         r->pending.prompt_logprobs = std::move(r->prompt_lp);
         r->prompt_lp_sent = true;
@@ -284,7 +286,8 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
       }
       Rng rng = position_rng(r->req.params.sampling.seed, kResidualStream, r->target_len - 1);
       const float* logits = out.logits_row(out_row);
-      const int32_t tok = sampler_.sample(processed_rows(*r, logits, {}), V, r->req.params.sampling, rng);
+      const int32_t tok =
+          sampler_.sample(processed_rows(*r, logits, {}), V, r->req.params.sampling, rng);
       if (out_.emit(*r, tok, logits)) r->anchor = tok;
     } else {
       r->anchor = r->out_tokens.back();  // recomputed after preemption: already emitted
@@ -362,7 +365,7 @@ void ModelRunner::verify_and_commit(const StepPlan& plan, const ForwardOutput& o
 }
 
 const float* ModelRunner::processed_rows(RequestState& r, const float* logits,
-                                        std::span<const int32_t> drafts) {
+                                         std::span<const int32_t> drafts) {
   if (!r.processor) return logits;
   const int64_t V = cfg_.vocab_size;
   const int n = int(drafts.size()) + 1;

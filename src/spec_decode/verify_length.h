@@ -17,9 +17,10 @@ class VerifyLengthPolicy {
   virtual ~VerifyLengthPolicy() = default;
   // drafts[r] is request r's proposal; writes lengths[r] in [0, drafts[r]->tokens.size()].
   virtual void choose(std::span<const Draft* const> drafts, std::span<int> lengths) = 0;
-  // After each round: how long drafting took. Policies that weigh a round's fixed cost learn
-  // it from here (only past rounds, so a choice never depends on the draft it is about).
-  virtual void observe_drafting(double /*seconds*/) {}
+  // After each round: how long drafting took for `requests` requests. Policies that weigh a
+  // round's fixed cost learn it from here (only past rounds, so a choice never depends on the
+  // draft it is about).
+  virtual void observe_drafting(double /*seconds*/, int /*requests*/) {}
   // Before should_draft, every step with decoding requests: each one's cached positions (the
   // anchor's position).
   virtual void set_contexts(std::span<const int> /*positions*/) {}

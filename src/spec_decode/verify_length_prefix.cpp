@@ -1,6 +1,7 @@
 #include "spec_decode/verify_length_prefix.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <tuple>
@@ -84,27 +85,34 @@ bool PrefixLengthPolicy::should_draft(int requests) {
   return false;
 }
 
-namespace {
-// A running mean of a cost (the plain mean over the first observations, then an exponential
-// average that follows load changes) and its value on a grid of `cell`, moved only when the mean
-// is more than 3/4 of a cell away from it (the cell's half plus a quarter): a mean that hovers on
-// a cell edge keeps one value.
-void learn_cost(double x, int64_t& n, double& mean, double& used, double cell) {
+void PrefixLengthPolicy::Cost::add(double x, double cell) {
+  recent[size_t(n % kCostWindow)] = x;
   ++n;
-  mean += std::max(1.0 / double(n), 1.0 / 32.0) * (x - mean);
+  // The mean of the middle half of the recent samples: a few slow ones (a cold first step, a
+  // core taken by another process) move it little, and it follows a lasting change within about
+  // half a window.
+  const size_t k = size_t(std::min<int64_t>(n, kCostWindow));
+  std::array<double, kCostWindow> v;
+  std::copy_n(recent.begin(), k, v.begin());
+  std::sort(v.begin(), v.begin() + ptrdiff_t(k));
+  const size_t lo = k / 4, hi = k - k / 4;
+  double sum = 0;
+  for (size_t i = lo; i < hi; ++i) sum += v[i];
+  mean = sum / double(hi - lo);
+  // On a grid of `cell`, moved only when the mean is more than 3/4 of a cell away (the cell's
+  // half plus a quarter): a mean that hovers on a cell edge keeps one value.
   if (n == 1 || std::fabs(mean - used) > 0.75 * cell) used = std::round(mean / cell) * cell;
 }
-}  // namespace
 
-void PrefixLengthPolicy::observe_drafting(double seconds) {
-  if (!learn_ || !(seconds >= 0)) return;
-  learn_cost(seconds, observed_, draft_s_, draft_q_, step_seconds(1) * kCostGrid);
+void PrefixLengthPolicy::observe_drafting(double seconds, int requests) {
+  if (!learn_ || !(seconds >= 0) || requests < 1) return;
+  draft_.add(seconds / requests, step_seconds(1) * kCostGrid);
 }
 
 namespace {
 // What a losing probe cost, in plain steps (a plain step yields one token per request), and the
 // gap between probes that keeps them within kProbeBudget of the plain steps' throughput: a probe
-// at half the plain rate that takes 3.5 plain steps (8 requests on 2 cores) waits about 90.
+// at half the plain rate that takes 3.5 plain steps (8 requests on 2 cores) waits about 350.
 int affordable_gap(double plain_rate, int requests, int tokens, double seconds) {
   const double lost = (plain_rate * seconds - double(tokens)) / double(std::max(1, requests));
   return int(std::clamp(std::ceil(lost / PrefixLengthPolicy::kProbeBudget), 0.0,
@@ -113,7 +121,7 @@ int affordable_gap(double plain_rate, int requests, int tokens, double seconds) 
 }  // namespace
 
 void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, double seconds,
-                                   int decode_rows, int other_rows) {
+                                      int decode_rows, int other_rows) {
   if (!learn_ || !(seconds > 0) || decode_rows <= 0) return;
   // A step with prompt chunks measures mostly their prefill, which it pays whether it drafts or
   // not: a few such steps among the plain ones made a 15-request gate measure drafting 1.2-1.3x
@@ -142,15 +150,17 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
                                  affordable_gap(g.plain.per_second(), requests, tokens, seconds));
       }
     }
-  } else if (!g.drafting && drafted && g.plain.n > 0) {
+  } else if (!g.drafting && drafted) {
     // A drafted step that the prediction judged a loss (choose() stopped drafting or kept a probe
-    // losing, before enough steps are measured): spaced by its cost as well.
-    g.probe_every =
-        std::max(g.probe_every, affordable_gap(g.plain.per_second(), requests, tokens, seconds));
+    // losing, before enough steps are measured): spaced by its cost as well, against the plain
+    // steps' measured rate or, before any, the curve's (the first probe at a new load).
+    const double plain =
+        g.plain.n > 0 ? g.plain.per_second() : requests / (step_seconds(requests) + over_.used);
+    g.probe_every = std::max(g.probe_every, affordable_gap(plain, requests, tokens, seconds));
   }
   if (drafted) return;
   const double o = std::max(0.0, seconds - step_seconds(decode_rows));
-  learn_cost(o, over_n_, over_s_, over_q_, step_seconds(1) * kCostGrid);
+  over_.add(o, step_seconds(1) * kCostGrid);
 }
 
 void PrefixLengthPolicy::choose(std::span<const Draft* const> drafts, std::span<int> lengths) {
@@ -175,7 +185,7 @@ void PrefixLengthPolicy::choose(std::span<const Draft* const> drafts, std::span<
   const int R = int(drafts.size());
   std::vector<int> l(size_t(R), 0), best(size_t(R), 0);
   // This round's drafting (already spent) and every step's cost beyond the forward.
-  const double d = learn_ ? draft_q_ : 0.0, o = learn_ ? over_q_ : 0.0;
+  const double d = learn_ ? draft_.used * R : 0.0, o = learn_ ? over_.used : 0.0;
   // Prompt chunks in the step are left out: they are paid whatever is verified, and their rows
   // would dilute the drafts' cost (tau / t(B + prompt rows) favours every draft). On a curve that
   // is linear there, as on these CPUs, a draft's marginal cost is the same with or without them.

@@ -5,6 +5,7 @@
 // draft k is made before anything that depends on x_k is looked at.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -27,20 +28,22 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   void choose(std::span<const Draft* const> drafts, std::span<int> lengths) override;
 
   // With learn_drafting_cost (make_verify_policy turns it on for every curve, loaded or
-  // profiled) a round's time is t(B) + d, d the running mean of the drafting times observed so
-  // far (vLLM's budget divides by draft_ms + verify_ms the same way): on a machine where drafting
-  // costs about a target step, ignoring it cuts blocks too short. The d used is the mean rounded
-  // to kCostGrid of t(1), moved only when the mean leaves its cell by a quarter more (hysteresis),
-  // so that timer noise does not flip lengths from round to round or run to run.
+  // profiled) a round's time is t(B) + d(R), d(R) = R x the drafting seconds per request observed
+  // so far (vLLM's budget divides by draft_ms + verify_ms the same way): on a machine where
+  // drafting costs about a target step, ignoring it cuts blocks too short, and a batched round of
+  // R requests costs about R single ones. The cost used is the mean of the middle half of the
+  // last kCostWindow rounds (a cold first round does not count for long), rounded to kCostGrid of
+  // t(1) and moved only when the mean leaves its cell by a quarter more (hysteresis), so that
+  // timer noise does not flip lengths from round to round or run to run.
   void learn_drafting_cost(bool on) { learn_ = on; }
-  void observe_drafting(double seconds) override;
+  void observe_drafting(double seconds, int requests) override;
   // The gates below are kept per context bucket as well (the requests' mean cached positions:
   // below 256, 256-511, 512-1023, ...): a plain step on a long prompt is slower and drafting
   // gains less there, so one prompt's rates must not judge another's.
   void set_contexts(std::span<const int> positions) override;
   // With learning on, plain steps also teach the step's cost beyond the target forward (the
   // drafter taking the new token's context, sampling, bookkeeping): o, the mean of a plain
-  // step's seconds less t(rows), on the same grid with hysteresis. Every step pays it, drafted or
+  // step's seconds less t(rows), learned as the drafting cost is. Every step pays it, drafted or
   // not, so a round's time is t(B) + d + o and a plain step's t(R) + o; leaving it out overrates
   // plain steps against rounds that yield several tokens. Steps with other rows (prompt chunks)
   // teach nothing: they time mostly the prefill.
@@ -70,8 +73,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   bool should_draft(int requests) override;
   static constexpr int kProbeFirst = 2;
   static constexpr int kProbeMax = 32;
-  static constexpr double kProbeBudget = 0.02;
-  static constexpr int kProbeLongest = 256;
+  static constexpr double kProbeBudget = 0.005;
+  static constexpr int kProbeLongest = 1024;
   static constexpr double kGainDecay = 0.5;  // weight of the past in the decayed gain
   static constexpr double kHysteresis = 0.02;
   static constexpr int kMeasuredMin = 4;
@@ -81,10 +84,11 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   static constexpr double kFarAhead = 1.25;
   static constexpr double kRateDecay = 15.0 / 16;  // weight of the past in the measured rates
   static constexpr double kCostGrid = 1.0 / 32;    // drafting cost grid, in units of t(1)
+  static constexpr int kCostWindow = 32;           // rounds (steps) a learned cost is taken over
 
-  double drafting_cost() const { return draft_s_; }       // the running mean
-  double drafting_cost_used() const { return draft_q_; }  // the rounded one choose() uses
-  double step_overhead_used() const { return over_q_; }   // o, rounded
+  double drafting_cost() const { return draft_.mean; }       // per request: the trimmed mean
+  double drafting_cost_used() const { return draft_.used; }  // the rounded one choose() uses
+  double step_overhead_used() const { return over_.used; }   // o, rounded
   // The decayed predicted gain at about this many requests (0: nothing predicted yet).
   double predicted_gain(int requests) const;
   // The measured one: drafted steps' tokens per second over plain steps' (0: too few of either).
@@ -126,11 +130,16 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   Gate& gate(int requests);
   const Gate* find_gate(int requests) const;  // nullptr: none yet
   int64_t steps_ = 0;
-  double draft_s_ = 0;  // mean drafting seconds per round so far (exponentially weighted)
-  double draft_q_ = 0;  // draft_s_ on the kCostGrid, with hysteresis
-  int64_t observed_ = 0;
-  double over_s_ = 0, over_q_ = 0;  // o: the mean, and on the grid
-  int64_t over_n_ = 0;
+  // A learned cost: the samples of the last kCostWindow observations, their trimmed mean, and
+  // that mean on the grid with hysteresis (the value used).
+  struct Cost {
+    std::array<double, kCostWindow> recent{};
+    int64_t n = 0;
+    double mean = 0, used = 0;
+    void add(double x, double cell);
+  };
+  Cost draft_;  // drafting seconds per drafted request
+  Cost over_;   // o
   int64_t empty_rounds_ = 0;
 };
 

@@ -1,6 +1,6 @@
-// The prefix length policy (Algorithm 1) and its cost model: zero-length rounds, skipping the drafter
-// when its cost alone loses and probing back, the SPS curve from a profile (rounded so that two
-// profiles give the same lengths) and from a `dspark bench step --sps-out` file.
+// The prefix length policy (Algorithm 1) and its cost model: zero-length rounds, skipping the
+// drafter when its cost alone loses and probing back, the SPS curve from a profile (rounded so that
+// two profiles give the same lengths) and from a `dspark bench step --sps-out` file.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,18 +53,53 @@ TEST(PrefixLengthPolicy, LearnedDraftingCostLengthensBlocks) {
   const std::vector<double> sps = {0.0, 1.0, 0.5, 1.0 / 3, 0.25, 0.2};
   const Draft d = draft_of({0.6f, 0.6f, 0.6f, 0.6f});
   PrefixLengthPolicy fixed(sps);
-  fixed.observe_drafting(10.0);  // ignored unless learning is on
+  fixed.observe_drafting(10.0, 1);  // ignored unless learning is on
   // Theta: 1 / 1 at l = 0 beats 1.6 / 2 at l = 1.
   EXPECT_EQ(length_of(fixed, d), 0);
   PrefixLengthPolicy learning(sps);
   learning.learn_drafting_cost(true);
   EXPECT_EQ(length_of(learning, d), 0) << "nothing observed yet: the curve alone";
-  learning.observe_drafting(5.0);
-  learning.observe_drafting(15.0);
+  learning.observe_drafting(5.0, 1);
+  learning.observe_drafting(15.0, 1);
   EXPECT_DOUBLE_EQ(learning.drafting_cost(), 10.0);
   EXPECT_DOUBLE_EQ(learning.drafting_cost_used(), 10.0);
   // Theta = tau / (B + 10): 1/11, 1.6/12, 1.96/13, 2.176/14 (best), 2.3056/15.
   EXPECT_EQ(length_of(learning, d), 3);
+}
+
+// The drafting cost is learned per request: a batched round of R requests costs about R single
+// ones, so a round's cost learned at one load is not charged to another.
+TEST(PrefixLengthPolicy, DraftingCostIsPerRequest) {
+  const std::vector<double> sps = {0.0, 1.0, 0.5, 1.0 / 3, 0.25, 0.2};  // B seconds for B tokens
+  const Draft d = draft_of({0.6f, 0.6f, 0.6f, 0.6f});
+  auto length_after = [&](double seconds, int requests) {
+    PrefixLengthPolicy s(sps);
+    s.learn_drafting_cost(true);
+    s.observe_drafting(seconds, requests);
+    return length_of(s, d);
+  };
+  // 8 requests in 80 s: 10 s for one, as in LearnedDraftingCostLengthensBlocks.
+  EXPECT_EQ(length_after(80.0, 8), 3);
+  // 8 requests in 10 s: 1.25 s for one. Theta = tau / (B + 1.25): 1/2.25, 1.6/3.25 (best),
+  // 1.96/4.25.
+  EXPECT_EQ(length_after(10.0, 8), 1);
+  EXPECT_EQ(length_after(1.25, 1), 1);
+}
+
+// A cold first round (allocations, page faults) counts for little: the cost is the mean of the
+// middle half of the last kCostWindow rounds. A running mean over these 16 rounds would be 7.2.
+TEST(PrefixLengthPolicy, ASlowFirstRoundDoesNotLinger) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(100.0, 1);
+  for (int i = 0; i < 15; ++i) s.observe_drafting(1.0, 1);
+  EXPECT_DOUBLE_EQ(s.drafting_cost(), 1.0);
+  EXPECT_DOUBLE_EQ(s.drafting_cost_used(), 1.0);
+  // The same for o, a plain step's cost beyond the forward: a cold step of 50 s among 1.5 s ones
+  // (t(1) = 1).
+  s.observe_step(1, false, 1, 50.0, 1, 0);
+  for (int i = 0; i < 15; ++i) s.observe_step(1, false, 1, 1.5, 1, 0);
+  EXPECT_DOUBLE_EQ(s.step_overhead_used(), 0.5);
 }
 
 // The drafting cost in use sits on a grid of t(1) / 32 and moves only when the mean leaves its
@@ -73,14 +108,14 @@ TEST(PrefixLengthPolicy, DraftingCostHasHysteresis) {
   PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
   const double cell = 1.0 / 32;
-  s.observe_drafting(10.5 * cell);  // the first: rounded, 10 or 11 cells
+  s.observe_drafting(10.5 * cell, 1);  // the first: rounded, 10 or 11 cells
   const double first = s.drafting_cost_used();
   EXPECT_NEAR(std::fmod(first / cell + 1e-9, 1.0), 0.0, 1e-6) << "not on the grid: " << first;
   for (int i = 0; i < 200; ++i) {
-    s.observe_drafting((i % 2 ? 10.2 : 10.8) * cell);  // noise across the edge at 10.5
+    s.observe_drafting((i % 2 ? 10.2 : 10.8) * cell, 1);  // noise across the edge at 10.5
     EXPECT_EQ(s.drafting_cost_used(), first) << "flipped at round " << i;
   }
-  for (int i = 0; i < 200; ++i) s.observe_drafting(14 * cell);
+  for (int i = 0; i < 200; ++i) s.observe_drafting(14 * cell, 1);
   EXPECT_NEAR(s.drafting_cost_used(), 14 * cell, 1e-12) << "a real change must still move it";
 }
 
@@ -89,7 +124,7 @@ TEST(PrefixLengthPolicy, DraftingCostHasHysteresis) {
 TEST(PrefixLengthPolicy, ZeroLengthForUnlikelyDraftsFullLengthForLikelyOnes) {
   PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
-  s.observe_drafting(0.5);
+  s.observe_drafting(0.5, 1);
   // l = 0: 1 / 1.5; l = 1: 1.1 / 1.75 < 1 / 1.5.
   EXPECT_EQ(length_of(s, draft_of({0.1f, 0.9f, 0.9f, 0.9f})), 0);
   EXPECT_EQ(s.empty_rounds(), 1);
@@ -100,7 +135,7 @@ TEST(PrefixLengthPolicy, ZeroLengthForUnlikelyDraftsFullLengthForLikelyOnes) {
 
   PrefixLengthPolicy flat(line_sps(1.0, 0.01, 9));
   flat.learn_drafting_cost(true);
-  flat.observe_drafting(0.1);
+  flat.observe_drafting(0.1, 1);
   EXPECT_EQ(length_of(flat, draft_of({0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f, 0.95f})), 8);
   EXPECT_GT(flat.predicted_gain(1), 2.0);
   EXPECT_EQ(flat.empty_rounds(), 0);
@@ -112,7 +147,7 @@ TEST(PrefixLengthPolicy, ZeroLengthForUnlikelyDraftsFullLengthForLikelyOnes) {
 TEST(PrefixLengthPolicy, SkipsDraftingWhenItsCostLosesAndProbesBack) {
   PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
-  s.observe_drafting(2.0);  // drafting costs two target steps
+  s.observe_drafting(2.0, 1);  // drafting costs two target steps
   const Draft weak = draft_of({0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f});
   const Draft strong = draft_of({0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f});
   std::vector<int> drafted_at;
@@ -174,7 +209,7 @@ bool timed_step(PrefixLengthPolicy& s, const Draft& d, int tokens, double second
 TEST(PrefixLengthPolicy, MeasuredRatesOverruleThePrediction) {
   PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
-  s.observe_drafting(0.5);
+  s.observe_drafting(0.5, 1);
   const Draft strong = draft_of({0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f});
   auto step = [&](int tokens, double seconds) { return timed_step(s, strong, tokens, seconds); };
   int drafted = 0;
@@ -185,10 +220,11 @@ TEST(PrefixLengthPolicy, MeasuredRatesOverruleThePrediction) {
   EXPECT_NEAR(s.measured_gain(1), 0.5, 0.05);
   EXPECT_LT(drafted, 40) << "drafting that measures a loss must stop (probes only)";
   // A probe loses 2 plain steps' tokens (2 in 4 s against 1 a second), so the next waits
-  // 2 / kProbeBudget = 100 steps, not kProbeMax.
+  // 2 / kProbeBudget = 400 steps, not kProbeMax.
+  const int gap = int(2 / PrefixLengthPolicy::kProbeBudget);
   int late = 0;
-  for (int i = 0; i < 300; ++i) late += step(2, 4.0);
-  EXPECT_LE(late, 300 / 100 + 1) << "probes must keep within kProbeBudget of the plain rate";
+  for (int i = 0; i < 3 * gap; ++i) late += step(2, 4.0);
+  EXPECT_LE(late, 3 + 1) << "probes must keep within kProbeBudget of the plain rate";
   EXPECT_GE(late, 2) << "but still come";
   // Drafting becomes fast (3 tokens/s): the next probe measures it and drafting resumes.
   int plain = 0;
@@ -201,11 +237,11 @@ TEST(PrefixLengthPolicy, MeasuredRatesOverruleThePrediction) {
 }
 
 // Before enough steps are measured, the prediction judges the probes; one that cost 4 plain steps
-// (1 token in 5 s against 1 a second) still spaces the next by 4 / kProbeBudget = 200 steps.
+// (1 token in 5 s against 1 a second) still spaces the next by 4 / kProbeBudget = 800 steps.
 TEST(PrefixLengthPolicy, CostlyProbesWaitLongerBeforeTheRatesAreMeasured) {
   PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
-  s.observe_drafting(2.0);  // the prediction says drafting loses
+  s.observe_drafting(2.0, 1);  // the prediction says drafting loses
   const Draft weak = draft_of({0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f});
   int drafted = 0;
   for (int i = 0; i < 200; ++i) drafted += timed_step(s, weak, 1, 5.0);
@@ -218,7 +254,7 @@ TEST(PrefixLengthPolicy, CostlyProbesWaitLongerBeforeTheRatesAreMeasured) {
 TEST(PrefixLengthPolicy, GatesAreKeptPerContext) {
   PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
-  s.observe_drafting(0.5);
+  s.observe_drafting(0.5, 1);
   const Draft d = draft_of({0.7f, 0.7f, 0.7f, 0.7f});
   const std::vector<int> long_prompt = {1500}, short_prompt = {100};
   auto step = [&](const std::vector<int>& ctx, int tokens, double seconds) {
@@ -242,7 +278,7 @@ TEST(PrefixLengthPolicy, PlainStepOverheadCountsOnBothSides) {
   auto gain_with = [](double overhead) {
     PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
     s.learn_drafting_cost(true);
-    s.observe_drafting(1.0);
+    s.observe_drafting(1.0, 1);
     for (int i = 0; i < 8; ++i) s.observe_step(1, false, 1, 1.0 + overhead, 1, 0);
     EXPECT_NEAR(s.step_overhead_used(), overhead, 1.0 / 64);
     length_of(s, draft_of({0.8f, 0.8f, 0.8f, 0.8f}));
@@ -260,13 +296,14 @@ TEST(PrefixLengthPolicy, PlainStepOverheadCountsOnBothSides) {
 TEST(PrefixLengthPolicy, StepsWithPromptChunksJudgeNothing) {
   PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
   s.learn_drafting_cost(true);
-  s.observe_drafting(0.5);
   const int R = 15;
+  s.observe_drafting(0.5, R);  // a round of R requests drafts in 0.5 s
   const Draft strong = draft_of({0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f});
   std::vector<const Draft*> drafts(R, &strong);
   std::vector<int> lengths(R);
   int drafted = 0;
-  for (int i = 0; i < 400; ++i) {
+  // Long enough for kMeasuredMin probes without prompts, kProbeLongest apart at most.
+  for (int i = 0; i < 6 * PrefixLengthPolicy::kProbeLongest; ++i) {
     const int prompt_rows = i % 4 == 3 ? 300 : 0;
     const double prefill = prompt_rows ? 20.0 : 0.0;
     if (!s.should_draft(R)) {
@@ -431,7 +468,7 @@ TEST(SpsCurve, BenchStepFileLoadsAndABadOneIsNamed) {
   auto policy = make_verify_policy(sc, *target, DType::F32);
   auto* sched = dynamic_cast<PrefixLengthPolicy*>(policy.get());
   ASSERT_NE(sched, nullptr);
-  sched->observe_drafting(1e-3);
+  sched->observe_drafting(1e-3, 1);
   EXPECT_GT(sched->drafting_cost(), 0) << "a loaded curve must learn the drafting cost too";
 
   std::ofstream(file) << R"({"dspark_sps_curve": [0.001, -2, 0.0005]})";

@@ -115,6 +115,7 @@ bool ModelRunner::propose(const StepPlan& plan) {
   }
   const bool draft_now = drafter_ && !dec.empty() && policy_->should_draft(int(dec.size()));
   if (drafter_ && !dec.empty() && !draft_now) ++out_.metrics().spec_plain_steps;
+  catch_up_ = 0;
   if (!draft_now) {
     for (RequestState* r : dec) {
       r->draft.clear();
@@ -124,8 +125,8 @@ bool ModelRunner::propose(const StepPlan& plan) {
   }
   const double t0 = now_seconds();
   for (RequestState* r : dec) r->draft.clear();
-  flush_held(dec);             // the drafter's context must be complete before it drafts
-  for (auto& v : drafters_) {  // one batched pass per drafter version (one but after a reload)
+  catch_up_ = flush_held(dec);  // the drafter's context must be complete before it drafts
+  for (auto& v : drafters_) {   // one batched pass per drafter version (one but after a reload)
     jobs_.clear();
     for (RequestState* r : dec) {
       if (r->want <= 0 || r->dv != v.get()) continue;
@@ -147,8 +148,10 @@ bool ModelRunner::propose(const StepPlan& plan) {
   }
   lengths_.assign(dec.size(), 0);
   policy_->choose(draft_ptrs_, lengths_);
+  // A catch-up on rows held through plain steps is paid once, not by every round: left out of
+  // the drafting cost the policy learns (and of the step's time, in execute).
   const double drafting = now_seconds() - t0;
-  policy_->observe_drafting(drafting, int(dec.size()));
+  policy_->observe_drafting(drafting - catch_up_, int(dec.size()));
   out_.drafting(drafting, proposed);
   for (size_t i = 0; i < dec.size(); ++i)
     dec[i]->verify_len = std::clamp(lengths_[i], 0, int(dec[i]->draft.tokens.size()));
@@ -216,7 +219,8 @@ void ModelRunner::execute(const StepPlan& plan, bool drafted, double t_step) {
   verify_and_commit(plan, out);
   // Backbone drafters (DSpark, DFlash) are given the rows of plain steps when they next draft,
   // several steps' rows in one pass (8 rows cost about 2.6 single rows on 2 AVX2 cores), or
-  // once kHeldRows are held; the others take them after every step.
+  // once kHeldRows are held (and so in the drafter's prefix cache, for the next turn of a chat);
+  // the others take them after every step.
   if (drafter_) {
     const bool defer =
         drafter_->method() == SpecMethod::DSpark || drafter_->method() == SpecMethod::DFlash;
@@ -230,8 +234,9 @@ void ModelRunner::execute(const StepPlan& plan, bool drafted, double t_step) {
   if (policy_ && !plan.decode.empty()) {
     int emitted = 0;
     for (RequestState* r : plan.decode) emitted += int(r->pending.token_ids.size());
-    policy_->observe_step(int(plan.decode.size()), drafted, emitted, now_seconds() - t_step,
-                          int(decode_rows_.size()), plan.prefill_tokens);
+    policy_->observe_step(int(plan.decode.size()), drafted, emitted,
+                          now_seconds() - t_step - catch_up_, int(decode_rows_.size()),
+                          plan.prefill_tokens);
   }
   if (SpecMetrics* sm = out_.spec_metrics()) sm->verify_seconds += now_seconds() - t_fwd;
 }
@@ -341,6 +346,7 @@ void ModelRunner::verify_and_commit(const StepPlan& plan, const ForwardOutput& o
         capture_row(*r, out, r0 + i, pos + i);
     if (go && drafter_) {  // held for the drafter, then given to it for many requests at once
       if (r->committed.empty()) r->held_pos = pos;
+      r->held_last = 1 + vr.accepted;
       r->committed.push_back(r->anchor);
       r->committed.insert(r->committed.end(), r->draft.tokens.begin(),
                           r->draft.tokens.begin() + vr.accepted);
@@ -383,7 +389,14 @@ const float* ModelRunner::processed_rows(RequestState& r, const float* logits,
   return processed_.data();
 }
 
-void ModelRunner::flush_held(std::span<RequestState* const> rs) {
+double ModelRunner::flush_held(std::span<RequestState* const> rs) {
+  int64_t rows = 0, older = 0;
+  for (RequestState* r : rs) {
+    rows += int64_t(r->committed.size());
+    older += std::max<int64_t>(0, int64_t(r->committed.size()) - r->held_last);
+  }
+  if (rows == 0) return 0;
+  const double t0 = now_seconds();
   for (auto& v : drafters_) {
     accepts_.clear();
     for (RequestState* r : rs) {
@@ -399,6 +412,7 @@ void ModelRunner::flush_held(std::span<RequestState* const> rs) {
     r->committed.clear();
     r->held_feats.clear();
   }
+  return (now_seconds() - t0) * double(older) / double(rows);
 }
 
 void ModelRunner::capture_row(RequestState& r, const ForwardOutput& out, int out_row, int pos) {

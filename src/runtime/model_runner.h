@@ -31,8 +31,9 @@ class ModelRunner {
  public:
   // `drafter` (null: plain decoding) is version 1; `policy` chooses verification lengths (needed
   // with a drafter); `spec` has num_speculative_tokens resolved. Checks the export layers.
-  ModelRunner(Forward& fwd, const EngineOptions& opt, std::unique_ptr<Drafter> own, Drafter* drafter,
-              const SpecConfig& spec, VerifyLengthPolicy* policy, OutputProcessor& out);
+  ModelRunner(Forward& fwd, const EngineOptions& opt, std::unique_ptr<Drafter> own,
+              Drafter* drafter, const SpecConfig& spec, VerifyLengthPolicy* policy,
+              OutputProcessor& out);
 
   // The drafter new requests get (null without one).
   Drafter* drafter() const { return drafter_; }
@@ -61,10 +62,15 @@ class ModelRunner {
   void verify_and_commit(const StepPlan& plan, const ForwardOutput& out);
   // The rows r samples or verifies from: `logits` itself, or with a logits processor the rows
   // after each prefix of `drafts` processed (1 + drafts.size() consecutive rows of the vocab).
-  const float* processed_rows(RequestState& r, const float* logits, std::span<const int32_t> drafts);
-  // Gives the drafter the rows each of `rs` holds (one accept_batch per version), then empties them.
-  void flush_held(std::span<RequestState* const> rs);
+  const float* processed_rows(RequestState& r, const float* logits,
+                              std::span<const int32_t> drafts);
+  // Gives the drafter the rows each of `rs` holds (one accept_batch per version), then empties
+  // them. Returns the seconds it took for the rows held before the last step (a catch-up after
+  // plain steps; steady drafting gives only the last step's rows), counted pro rata.
+  double flush_held(std::span<RequestState* const> rs);
   static constexpr int kHeldRows = 32;
+  // This step's catch-up seconds (flush_held), left out of what the policy learns.
+  double catch_up_ = 0;
   // Keeps the export layers of the forward's output row `out_row` (position `pos`) for `r`.
   void capture_row(RequestState& r, const ForwardOutput& out, int out_row, int pos);
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/request.h"
 #include "core/rng.h"
+#include "runtime/request.h"
 #include "spec_decode/drafter.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,14 +44,15 @@ struct RequestState {
   std::vector<int32_t> out_tokens;  // generated so far
   int kv_seq = -1, draft_seq = -1;
   DrafterVersion* dv = nullptr;  // the drafter it was first admitted with (kept over preemption)
-  int computed = 0;    // positions whose KV (and drafter context) exist
-  int cached_tokens = -1;  // prompt positions the prefix cache held at first admission (-1: not yet)
+  int computed = 0;              // positions whose KV (and drafter context) exist
+  int cached_tokens =
+      -1;              // prompt positions the prefix cache held at first admission (-1: not yet)
   int target_len = 0;  // positions to prefill before decoding
   bool decoding = false;
   bool abort_requested = false;
   bool finished = false;
   bool aborted = false;  // finished with "abort"
-  int32_t anchor = -1;  // the last emitted token, not yet in the KV cache
+  int32_t anchor = -1;   // the last emitted token, not yet in the KV cache
   double arrival = 0, scheduled = -1, first_token = -1, last_emit = -1;
   StopStringFilter stops;
   StreamDecoder decoder;
@@ -66,9 +67,10 @@ struct RequestState {
   std::unique_ptr<LogitsProcessor> processor;
   // Rows the drafter has not been given yet: committed tokens from position held_pos on, and
   // (when the drafter reads target features) their feature rows, held_width floats each.
+  // held_last: how many of them the last step added.
   std::vector<int32_t> committed;
   std::vector<float> held_feats;
-  int held_pos = 0, held_width = 0;
+  int held_pos = 0, held_width = 0, held_last = 0;
   // Export (EngineRequest::export_hidden): the export layers of positions 0 .. export_rows - 1.
   std::string export_bytes;
   int export_rows = 0;

@@ -79,6 +79,10 @@ void declare_flags(Args& a) {
       .flag("sweep",
             "concurrency sweep, e.g. 1,2,4,8,16: plain, dspark-full and dspark-adaptive, side by "
             "side")
+      .flag("sweep-rounds",
+            "with --sweep: run every point this many times, the configs in turn, and report the "
+            "round of median tok/s",
+            true, "1")
       .flag("sweep-configs",
             "JSON array (or file) of {\"name\", \"speculative_config\", \"base_url\"} for --sweep")
       .flag("plot",
@@ -120,7 +124,8 @@ std::string command_line(int argc, char** argv) {
 // The load a run sends (or each point of a sweep starts from), from the flags: the endpoint, the
 // prompts (a file, or the prefix_repetition set, whose prompts are cut once a server answers),
 // the rate, the sampling and the timeouts. Errors name the flag.
-LoadOptions load_options(const Args& args, bool sweep, std::optional<PrefixRepetition>& prefix_rep) {
+LoadOptions load_options(const Args& args, bool sweep,
+                         std::optional<PrefixRepetition>& prefix_rep) {
   LoadOptions lo;
   lo.endpoint = args.str("endpoint");
   if (lo.endpoint != "/v1/chat/completions" && lo.endpoint != "/v1/completions")
@@ -173,14 +178,14 @@ int bench_serve(int argc, char** argv) {
   Args args;
   declare_flags(args);
   if (!args.parse(argc, argv, "bench serve",
-                  "Streams requests to an OpenAI-compatible server and reports completed/failed, output "
-                  "tok/s,\n"
-                  "request/s, TTFT, TPOT, ITL and E2EL (mean, median, p99) and the speculative acceptance "
-                  "read\n"
-                  "from /metrics, as `vllm bench serve` does. With --model it starts `dspark serve` itself.\n"
-                  "--sweep runs each concurrency against plain decoding, DSpark with full blocks and DSpark\n"
-                  "with enable_adaptive_verification (servers started one after the other), then prints the\n"
-                  "sweep table and the ratios of the serving goals."))
+                  "Streams requests to an OpenAI-compatible server and reports completed/failed,\n"
+                  "output tok/s, request/s, TTFT, TPOT, ITL and E2EL (mean, median, p99) and the\n"
+                  "speculative acceptance read from /metrics, as `vllm bench serve` does. With\n"
+                  "--model it starts `dspark serve` itself. --sweep starts a server for plain\n"
+                  "decoding, DSpark with full blocks and DSpark with enable_adaptive_verification\n"
+                  "(all of them first, side by side), runs each concurrency against each in turn\n"
+                  "(--sweep-rounds times), then prints the sweep table and the ratios of the\n"
+                  "serving goals."))
     return 0;
   signal(SIGPIPE, SIG_IGN);  // a server that closes a connection must not end the benchmark
 
@@ -194,7 +199,7 @@ int bench_serve(int argc, char** argv) {
       if (args.on(f))
         fail("flag --", f, " applies to a server started with --model, not to --base-url");
   if (!sweep)
-    for (const char* f : {"sweep-configs", "plot"})
+    for (const char* f : {"sweep-configs", "sweep-rounds", "plot"})
       if (args.on(f)) fail("flag --", f, " needs --sweep");
   if (sweep && !have_model && !have_url && !args.on("sweep-configs"))
     fail("flag --sweep needs --model DIR, --base-url URL or --sweep-configs with base_url entries");
@@ -257,6 +262,7 @@ int bench_serve(int argc, char** argv) {
   SweepOptions so;
   so.concurrency = args.int_list("sweep", 1, 100000);
   so.min_prompts = num_prompts;
+  so.rounds = int(args.integer("sweep-rounds", 1, 1000));
   so.load = lo;
   so.launch = launch;
   if (args.on("sweep-configs")) {

@@ -139,6 +139,11 @@ void print_sweep_report(std::FILE* out, const nlohmann::json& sweep) {
     if (c.contains("error"))
       std::fprintf(out, "%-18s not run: %s\n", c.value("name", "").c_str(),
                    c["error"].get<std::string>().c_str());
+  if (sweep.value("rounds", 1) > 1)
+    std::fprintf(out,
+                 "each row: the round of median tok/s of %d, the configs run in turn at each "
+                 "concurrency (every round's tok/s: rounds_output_throughput in --json)\n",
+                 sweep.value("rounds", 1));
   const auto& r = sweep["ratios"];
   if (!r.is_object() || !r.contains("high_concurrency")) return;
   const int lo = r["low_concurrency"].get<int>(), hi = r["high_concurrency"].get<int>();

@@ -90,61 +90,116 @@ std::vector<SweepConfig> parse_sweep_configs(const std::string& text, const std:
   return out;
 }
 
+namespace {
+// A config's server, started or given, and the load options that reach it.
+struct SweepTarget {
+  nlohmann::json desc;
+  LoadOptions load;
+  std::unique_ptr<ServerProcess> server;
+  bool ok = false;
+};
+
+SweepTarget open_target(const SweepOptions& o, const SweepConfig& cfg) {
+  SweepTarget t;
+  t.desc = {{"name", cfg.name}};
+  t.desc["speculative_config"] =
+      cfg.speculative_config ? *cfg.speculative_config : nlohmann::json();
+  t.load = o.load;
+  try {
+    if (!cfg.base_url.empty()) {
+      t.load.url = parse_server_url(cfg.base_url, "config " + cfg.name + " base_url");
+      t.desc["base_url"] = cfg.base_url;
+      if (t.load.model.empty()) t.load.model = first_served_model(t.load.url, t.load.api_key);
+    } else {
+      if (o.launch.model.empty())
+        fail("config ", cfg.name, ": no base_url and no --model to start a server with");
+      ServerLaunch l = o.launch;
+      l.speculative_config = cfg.speculative_config ? cfg.speculative_config->dump() : "";
+      std::fprintf(stderr, "bench serve: starting dspark serve for %s ...\n", cfg.name.c_str());
+      t.server = std::make_unique<ServerProcess>(l);
+      t.load.url = t.server->url();
+      if (t.load.model.empty()) t.load.model = t.server->model_name();
+      if (t.load.model.empty()) t.load.model = first_served_model(t.load.url, t.load.api_key);
+      t.desc["server_command"] = t.server->command();
+    }
+    t.ok = true;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench serve: config %s: %s\n", cfg.name.c_str(), e.what());
+    t.desc["error"] = e.what();
+  }
+  return t;
+}
+}  // namespace
+
 nlohmann::json run_sweep(const SweepOptions& o,
                          const std::function<void(const nlohmann::json&)>& on_point) {
   nlohmann::json out;
   out["concurrency"] = o.concurrency;
+  out["rounds"] = o.rounds;
   out["configs"] = nlohmann::json::array();
-  out["points"] = nlohmann::json::array();
   std::vector<std::string> names;
+  // Every server first, side by side (an idle one takes no CPU), then each concurrency against
+  // each config in turn: a point of one config is never minutes of machine drift away from the
+  // same point of another.
+  std::vector<SweepTarget> targets;
   for (const auto& cfg : o.configs) {
     names.push_back(cfg.name);
-    nlohmann::json cj = {{"name", cfg.name}};
-    cj["speculative_config"] = cfg.speculative_config ? *cfg.speculative_config : nlohmann::json();
-    LoadOptions lo = o.load;
-    std::unique_ptr<ServerProcess> server;
-    try {
-      if (!cfg.base_url.empty()) {
-        lo.url = parse_server_url(cfg.base_url, "config " + cfg.name + " base_url");
-        cj["base_url"] = cfg.base_url;
-        if (lo.model.empty()) lo.model = first_served_model(lo.url, lo.api_key);
-      } else {
-        if (o.launch.model.empty())
-          fail("config ", cfg.name, ": no base_url and no --model to start a server with");
-        ServerLaunch l = o.launch;
-        l.speculative_config = cfg.speculative_config ? cfg.speculative_config->dump() : "";
-        std::fprintf(stderr, "bench serve: starting dspark serve for %s ...\n", cfg.name.c_str());
-        server = std::make_unique<ServerProcess>(l);
-        lo.url = server->url();
-        if (lo.model.empty()) lo.model = server->model_name();
-        if (lo.model.empty()) lo.model = first_served_model(lo.url, lo.api_key);
-        cj["server_command"] = server->command();
-      }
-    } catch (const Error& e) {
-      std::fprintf(stderr, "bench serve: config %s: %s\n", cfg.name.c_str(), e.what());
-      cj["error"] = e.what();
-      out["configs"].push_back(cj);
-      continue;
-    }
-    for (int c : o.concurrency) {
-      lo.max_concurrency = c;
-      lo.num_prompts = std::max(o.min_prompts, 2 * c);
-      nlohmann::json p;
-      try {
-        p = run_load(lo);
-      } catch (const Error& e) {  // the server stopped serving: record it, go on
-        p = {{"error", e.what()}};
-      }
-      p["config"] = cfg.name;
-      p["concurrency"] = c;
-      if (on_point) on_point(p);
-      out["points"].push_back(p);
-    }
-    if (server) cj["server_exit"] = server->stop();
-    out["configs"].push_back(cj);
+    targets.push_back(open_target(o, cfg));
   }
+  nlohmann::json runs = nlohmann::json::array();
+  for (int round = 1; round <= o.rounds; ++round)
+    for (int c : o.concurrency)
+      for (SweepTarget& t : targets) {
+        if (!t.ok) continue;
+        LoadOptions lo = t.load;
+        lo.max_concurrency = c;
+        lo.num_prompts = std::max(o.min_prompts, 2 * c);
+        nlohmann::json p;
+        try {
+          p = run_load(lo);
+        } catch (const Error& e) {  // the server stopped serving: record it, go on
+          p = {{"error", e.what()}};
+        }
+        p["config"] = t.desc["name"];
+        p["concurrency"] = c;
+        p["round"] = round;
+        if (on_point) on_point(p);
+        runs.push_back(p);
+      }
+  for (SweepTarget& t : targets) {
+    if (t.server) t.desc["server_exit"] = t.server->stop();
+    out["configs"].push_back(t.desc);
+  }
+  out["points"] = median_points(runs, names, o.concurrency);
+  if (o.rounds > 1) out["runs"] = runs;
   out["ratios"] = sweep_ratios(out["points"], names, o.concurrency);
   return out;
+}
+
+nlohmann::json median_points(const nlohmann::json& runs, const std::vector<std::string>& configs,
+                             const std::vector<int>& concurrency) {
+  nlohmann::json points = nlohmann::json::array();
+  for (const std::string& name : configs)
+    for (int c : concurrency) {
+      std::vector<const nlohmann::json*> rs;
+      for (const auto& p : runs)
+        if (p.value("config", "") == name && p.value("concurrency", 0) == c) rs.push_back(&p);
+      if (rs.empty()) continue;
+      std::vector<double> tps;
+      for (const auto* p : rs) tps.push_back(p->value("output_throughput", 0.0));
+      // The round of the median output tok/s (the lower middle one for an even count); a round
+      // that failed sorts first.
+      std::vector<size_t> order(rs.size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+        return std::make_pair(!rs[a]->contains("error"), tps[a]) <
+               std::make_pair(!rs[b]->contains("error"), tps[b]);
+      });
+      nlohmann::json p = *rs[order[(order.size() - 1) / 2]];
+      if (rs.size() > 1) p["rounds_output_throughput"] = tps;
+      points.push_back(std::move(p));
+    }
+  return points;
 }
 
 nlohmann::json sweep_ratios(const nlohmann::json& points, const std::vector<std::string>& configs,

@@ -1,7 +1,8 @@
 // The concurrency sweep of `dspark bench serve --sweep`: for each serving configuration (plain
-// decoding, DSpark with full blocks, DSpark with the adaptive verification length, by default) a server is
-// started (or a given one is used) and every concurrency is run against it, in one process, so
-// that all points are measured side by side. Then the ratios the serving goals are stated in.
+// decoding, DSpark with full blocks, DSpark with the adaptive verification length, by default) a
+// server is started (or a given one is used), all of them before the first point; then each
+// concurrency runs against every config in turn, `rounds` times, in one process, so that all
+// points are measured side by side. Then the ratios the serving goals are stated in.
 #pragma once
 
 #include <functional>
@@ -37,16 +38,24 @@ struct SweepOptions {
   std::vector<SweepConfig> configs;
   std::vector<int> concurrency;  // e.g. 1, 2, 4, 8, 16
   int min_prompts = 0;           // each point sends max(min_prompts, 2 x concurrency) requests
+  int rounds = 1;                // each point this many times; the median tok/s round is reported
   LoadOptions load;              // everything else of a run (url and model are set per config)
   ServerLaunch launch;           // how servers are started (speculative_config set per config)
 };
 
 // Runs every point; `on_point` sees each point's result as it completes (for progress output).
-// Returns {"configs": [...], "concurrency": [...], "points": [...], "ratios": {...}}; each point
-// is a run_load result plus "config" and "concurrency". A config whose server fails to start is
-// recorded with its error and the sweep goes on.
+// Returns {"configs": [...], "concurrency": [...], "rounds": N, "points": [...], "ratios": {...}}
+// and with several rounds "runs" (every round's point); each point is a run_load result plus
+// "config", "concurrency" and "round". A config whose server fails to start is recorded with its
+// error and the sweep goes on.
 nlohmann::json run_sweep(const SweepOptions& o,
                          const std::function<void(const nlohmann::json&)>& on_point);
+
+// One point per config and concurrency from the rounds' points: the round whose output tok/s is
+// the median (the lower middle one for an even count; failed rounds count as the slowest), with
+// "rounds_output_throughput" (every round's, in order) when there are several.
+nlohmann::json median_points(const nlohmann::json& runs, const std::vector<std::string>& configs,
+                             const std::vector<int>& concurrency);
 
 // The goal ratios from the points, when the configs plain, dspark-full and dspark-adaptive are
 // present: adaptive/plain tok/s at each concurrency (a list of {concurrency, ratio}), adaptive/full

@@ -148,6 +148,9 @@ refused "bench serve --sweep 0" "flag --sweep expects integers from 1" -- "${srv
 refused "bench serve https" "flag --base-url: 'https://x' is not an http:// URL" -- bench serve --base-url https://x
 refused "bench serve --model and --base-url" "give one of --model and --base-url" -- "${srv[@]}" --model "$target"
 refused "bench serve --plot without --sweep" "flag --plot needs --sweep" -- "${srv[@]}" --plot "$work/p.svg"
+refused "bench serve --sweep-rounds without --sweep" "flag --sweep-rounds needs --sweep" -- "${srv[@]}" \
+  --sweep-rounds 3
+refused "bench serve --sweep-rounds 0" "flag --sweep-rounds" -- "${srv[@]}" --sweep 1 --sweep-rounds 0
 refused "bench serve --threads with --base-url" "flag --threads applies to a server started with --model" -- \
   "${srv[@]}" --threads 2
 refused "bench serve --json unwritable" "flag --json: cannot write" -- "${srv[@]}" --json "$work/nodir/x.json"

@@ -152,6 +152,29 @@ TEST(ServerProcess, ListeningLine) {
   EXPECT_FALSE(parse_listening_line("dspark serve: loading models/demo", url, model));
 }
 
+// Several rounds: each point is the round of median output tok/s, with every round's tok/s in
+// order; a failed round counts as the slowest; an even count takes the lower middle one.
+TEST(Sweep, MedianRoundPerPoint) {
+  nlohmann::json runs = nlohmann::json::array();
+  auto add = [&](const char* cfg, int conc, int round, double tps) {
+    runs.push_back(
+        {{"config", cfg}, {"concurrency", conc}, {"round", round}, {"output_throughput", tps}});
+  };
+  add("plain", 4, 1, 300), add("plain", 4, 2, 100), add("plain", 4, 3, 200);
+  add("fast", 4, 1, 500), add("fast", 4, 2, 900);
+  add("one", 4, 1, 42);
+  runs.push_back({{"config", "bad"}, {"concurrency", 4}, {"round", 1}, {"error", "gone"}});
+  add("bad", 4, 2, 10), add("bad", 4, 3, 20);
+  auto pts = median_points(runs, {"plain", "fast", "one", "bad", "absent"}, {4});
+  ASSERT_EQ(pts.size(), 4u) << "no point for a config that never ran";
+  EXPECT_EQ(pts[0]["round"], 3);
+  EXPECT_DOUBLE_EQ(pts[0]["output_throughput"].get<double>(), 200);
+  EXPECT_EQ(pts[0]["rounds_output_throughput"], nlohmann::json({300.0, 100.0, 200.0}));
+  EXPECT_DOUBLE_EQ(pts[1]["output_throughput"].get<double>(), 500) << "the lower middle of 2";
+  EXPECT_FALSE(pts[2].contains("rounds_output_throughput")) << "one round: as it ran";
+  EXPECT_EQ(pts[3]["round"], 2) << "the failed round sorts below 10 and 20";
+}
+
 TEST(Sweep, ConfigsAndRatios) {
   auto d = default_sweep_configs(demo_speculative_config());
   ASSERT_EQ(d.size(), 3u);

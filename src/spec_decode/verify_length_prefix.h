@@ -50,7 +50,7 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   void observe_step(int requests, bool drafted, int tokens, double seconds, int decode_rows,
                     int other_rows) override;
   // With a learned drafting cost: whether this step drafts at all, at about this many requests
-  // (buckets 1, 2-3, 4-7, ...) and context (set_contexts). Two judges, the second once it can:
+  // (each count up to 16, then 17-31, 32-63, ...) and context (set_contexts). Two judges, the second once it can:
   // - predicted: it drafts while the recent rounds' predicted gain (choose(), a decayed mean) is
   //   at least 1 - kHysteresis;
   // - measured: tokens per second of the drafted steps against those of plain steps, both

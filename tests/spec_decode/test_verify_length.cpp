@@ -272,6 +272,36 @@ TEST(PrefixLengthPolicy, GatesAreKeptPerContext) {
   EXPECT_NEAR(s.measured_gain(1), 2.0, 0.05);
 }
 
+// Each count of requests up to 16 has its own gate: drafting that loses at 7 requests stops
+// there, and 4 requests, where it wins, still draft (one gate for 4-7 let 4's gains draft at 7).
+TEST(PrefixLengthPolicy, GatesAreKeptPerRequestCount) {
+  // Predicted gains: about 1.18 at 7 requests, 1.35 at 4 (drafting free, rows 0.1 s each).
+  PrefixLengthPolicy s(line_sps(1.0, 0.1, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.0, 1);
+  const Draft d = draft_of({0.7f, 0.7f, 0.7f, 0.7f});
+  auto run = [&](int R, double drafted_rate, int steps) {
+    const std::vector<const Draft*> drafts(size_t(R), &d);
+    std::vector<int> lengths(size_t(R), 0);
+    int drafted = 0;
+    for (int i = 0; i < steps; ++i) {
+      if (!s.should_draft(R)) {
+        s.observe_step(R, false, R, 1.0, R, 0);  // R tokens a second
+        continue;
+      }
+      ++drafted;
+      s.choose(drafts, lengths);
+      int rows = R;
+      for (int l : lengths) rows += l;
+      s.observe_step(R, true, 3 * R, 3.0 / drafted_rate, rows, 0);
+    }
+    return drafted;
+  };
+  EXPECT_LT(run(7, 0.6, 300), 40) << "drafting that loses at 7 requests must stop";
+  EXPECT_NEAR(s.measured_gain(7), 0.6, 0.05);
+  EXPECT_GE(run(4, 1.5, 100), 90) << "4 requests must not inherit 7's loss";
+}
+
 // A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps
 // look cheaper than they are against rounds that yield several tokens.
 TEST(PrefixLengthPolicy, PlainStepOverheadCountsOnBothSides) {

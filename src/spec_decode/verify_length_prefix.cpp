@@ -47,7 +47,25 @@ void PrefixLengthPolicy::set_contexts(std::span<const int> positions) {
 PrefixLengthPolicy::Gate& PrefixLengthPolicy::gate(int requests) {
   const size_t b = gate_index(requests, context_bucket_);
   if (gates_.size() <= b) gates_.resize(b + 1);
-  return gates_[b];
+  Gate& g = gates_[b];
+  if (g.seen) return g;
+  g.seen = true;
+  // A load first seen starts where the nearest lighter load seen at this context stands when
+  // drafting loses there: more requests make a step's rows dearer, so it loses here too. It
+  // waits as long as that gate before its first probe, instead of probing at once (on two cores
+  // a probe at 16 requests costs about four plain steps, and a sweep meets a dozen new loads).
+  for (int r = requests - 1; r >= 1; --r) {
+    const size_t i = gate_index(r, context_bucket_);
+    if (i == b || i >= gates_.size() || !gates_[i].seen) continue;
+    const Gate& lighter = gates_[i];
+    if (!lighter.drafting) {
+      g.drafting = false;
+      g.last_step = steps_;
+      g.probe_every = lighter.probe_every;
+    }
+    break;
+  }
+  return g;
 }
 
 const PrefixLengthPolicy::Gate* PrefixLengthPolicy::find_gate(int requests) const {

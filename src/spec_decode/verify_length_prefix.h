@@ -50,7 +50,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   void observe_step(int requests, bool drafted, int tokens, double seconds, int decode_rows,
                     int other_rows) override;
   // With a learned drafting cost: whether this step drafts at all, at about this many requests
-  // (each count up to 16, then 17-31, 32-63, ...) and context (set_contexts). Two judges, the second once it can:
+  // (each count up to 16, then 17-31, 32-63, ...) and context (set_contexts). Two judges, the
+  // second once it can:
   // - predicted: it drafts while the recent rounds' predicted gain (choose(), a decayed mean) is
   //   at least 1 - kHysteresis;
   // - measured: tokens per second of the drafted steps against those of plain steps, both
@@ -67,7 +68,9 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // cost within kProbeBudget of the throughput of the plain steps seen so far (at most
   // kProbeLongest): under load a probe can cost several plain steps. A probe that gains at least
   // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
-  // resumes drafting, which the measured judge then weighs on the rounds from that probe on. Only
+  // resumes drafting, which the measured judge then weighs on the rounds from that probe on. A
+  // load first seen where drafting loses at the nearest lighter load seen (same context) starts
+  // with plain steps and that load's probe spacing. Only
   // past steps' confidences and timings decide, never the drafts of the step in question, so
   // skipping keeps the output the target's.
   bool should_draft(int requests) override;
@@ -105,7 +108,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   std::vector<double> sps_;
   bool learn_ = false;
   struct Gate {
-    double gain = 0;  // decayed predicted gain of the drafted rounds (0: none yet)
+    double gain = 0;    // decayed predicted gain of the drafted rounds (0: none yet)
+    bool seen = false;  // used once (gate() sets it up on first use)
     bool drafting = true;
     int64_t last_step = 0;  // when the last run of plain steps began or was last probed
     int probe_every = kProbeFirst;

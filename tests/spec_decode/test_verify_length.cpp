@@ -164,8 +164,9 @@ TEST(PrefixLengthPolicy, SkipsDraftingWhenItsCostLosesAndProbesBack) {
   const std::vector<int> want = {2, 4, 8, 16, 32, 32, 32};
   EXPECT_EQ(gaps, want) << "probes of drafting while it keeps losing";
   EXPECT_LT(s.predicted_gain(1), 1.0);
-  // Another load (2 requests) is judged on its own: nothing predicted there yet.
-  EXPECT_TRUE(s.should_draft(2));
+  // Another load (2 requests), first seen, starts where the nearest lighter one stands: drafting
+  // loses at 1, so it loses at 2 as well; plain steps, probed as 1 request's are.
+  EXPECT_FALSE(s.should_draft(2));
   // The text becomes predictable: the next probe finds it, and every step drafts again.
   int first = -1;
   for (int i = 0; i < PrefixLengthPolicy::kProbeMax + 1 && first < 0; ++i)
@@ -300,6 +301,10 @@ TEST(PrefixLengthPolicy, GatesAreKeptPerRequestCount) {
   EXPECT_LT(run(7, 0.6, 300), 40) << "drafting that loses at 7 requests must stop";
   EXPECT_NEAR(s.measured_gain(7), 0.6, 0.05);
   EXPECT_GE(run(4, 1.5, 100), 90) << "4 requests must not inherit 7's loss";
+  // Loads first seen start where the nearest lighter one seen stands: 8 requests plain (7 lose),
+  // 5 drafting (4 win).
+  EXPECT_FALSE(s.should_draft(8));
+  EXPECT_TRUE(s.should_draft(5));
 }
 
 // A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps

@@ -96,7 +96,7 @@ struct SweepTarget {
   nlohmann::json desc;
   LoadOptions load;
   std::unique_ptr<ServerProcess> server;
-  bool ok = false;
+  bool ok() const { return !desc.contains("error"); }
 };
 
 SweepTarget open_target(const SweepOptions& o, const SweepConfig& cfg) {
@@ -122,7 +122,6 @@ SweepTarget open_target(const SweepOptions& o, const SweepConfig& cfg) {
       if (t.load.model.empty()) t.load.model = first_served_model(t.load.url, t.load.api_key);
       t.desc["server_command"] = t.server->command();
     }
-    t.ok = true;
   } catch (const Error& e) {
     std::fprintf(stderr, "bench serve: config %s: %s\n", cfg.name.c_str(), e.what());
     t.desc["error"] = e.what();
@@ -150,7 +149,7 @@ nlohmann::json run_sweep(const SweepOptions& o,
   for (int round = 1; round <= o.rounds; ++round)
     for (int c : o.concurrency)
       for (SweepTarget& t : targets) {
-        if (!t.ok) continue;
+        if (!t.ok()) continue;
         LoadOptions lo = t.load;
         lo.max_concurrency = c;
         lo.num_prompts = std::max(o.min_prompts, 2 * c);

@@ -278,8 +278,8 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
     const int out_row = n_head_ + tail_i++;
     r->decoding = true;
     if (r->out_tokens.empty()) {
-      out_.metrics().prompt_tokens +=
-          r->prompt_len();  // as vLLM: at the first token, cached or not
+      // As vLLM counts them: at the first token, cached or not.
+      out_.metrics().prompt_tokens += r->prompt_len();
       if (r->req.params.prompt_logprobs >= 0) {
         r->pending.prompt_logprobs = std::move(r->prompt_lp);
         r->prompt_lp_sent = true;

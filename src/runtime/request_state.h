@@ -45,8 +45,8 @@ struct RequestState {
   int kv_seq = -1, draft_seq = -1;
   DrafterVersion* dv = nullptr;  // the drafter it was first admitted with (kept over preemption)
   int computed = 0;              // positions whose KV (and drafter context) exist
-  int cached_tokens =
-      -1;              // prompt positions the prefix cache held at first admission (-1: not yet)
+  // Prompt positions the prefix cache held at first admission (-1: not yet).
+  int cached_tokens = -1;
   int target_len = 0;  // positions to prefill before decoding
   bool decoding = false;
   bool abort_requested = false;

@@ -70,9 +70,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
   // resumes drafting, which the measured judge then weighs on the rounds from that probe on. A
   // load first seen where drafting loses at the nearest lighter load seen (same context) starts
-  // with plain steps and that load's probe spacing. Only
-  // past steps' confidences and timings decide, never the drafts of the step in question, so
-  // skipping keeps the output the target's.
+  // with plain steps and that load's probe spacing. Only past steps' confidences and timings
+  // decide, never the drafts of the step in question, so skipping keeps the output the target's.
   bool should_draft(int requests) override;
   static constexpr int kProbeFirst = 2;
   static constexpr int kProbeMax = 32;

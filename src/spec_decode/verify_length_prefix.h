@@ -70,13 +70,16 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
   // resumes drafting, which the measured judge then weighs on the rounds from that probe on. A
   // load first seen where drafting loses at the nearest lighter load seen (same context) starts
-  // with plain steps and that load's probe spacing. Only past steps' confidences and timings
-  // decide, never the drafts of the step in question, so skipping keeps the output the target's.
+  // with plain steps and that load's probe spacing; while that lighter load loses, this one
+  // probes at most every kProbeBehind steps (its probes would lose more). Only past steps'
+  // confidences and timings decide, never the drafts of the step in question, so skipping keeps the
+  // output the target's.
   bool should_draft(int requests) override;
   static constexpr int kProbeFirst = 2;
   static constexpr int kProbeMax = 32;
   static constexpr double kProbeBudget = 0.005;
   static constexpr int kProbeLongest = 1024;
+  static constexpr int kProbeBehind = 4096;  // while the nearest lighter load seen loses too
   static constexpr double kGainDecay = 0.5;  // weight of the past in the decayed gain
   static constexpr double kHysteresis = 0.02;
   static constexpr int kMeasuredMin = 4;
@@ -132,6 +135,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   size_t context_bucket_ = 0;  // of the last set_contexts
   Gate& gate(int requests);
   const Gate* find_gate(int requests) const;  // nullptr: none yet
+  // The gate of the nearest lighter load seen at this context (nullptr: none).
+  const Gate* nearest_lighter(int requests) const;
   int64_t steps_ = 0;
   // A learned cost: the samples of the last kCostWindow observations, their trimmed mean, and
   // that mean on the grid with hysteresis (the value used).

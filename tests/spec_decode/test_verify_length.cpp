@@ -273,6 +273,26 @@ TEST(PrefixLengthPolicy, GatesAreKeptPerContext) {
   EXPECT_NEAR(s.measured_gain(1), 2.0, 0.05);
 }
 
+// `steps` steps of R requests: plain ones yield R tokens a second, drafted ones (the policy
+// choosing lengths for d) 3R tokens at drafted_rate times that. How many drafted.
+int run_load(PrefixLengthPolicy& s, const Draft& d, int R, double drafted_rate, int steps) {
+  const std::vector<const Draft*> drafts(size_t(R), &d);
+  std::vector<int> lengths(size_t(R), 0);
+  int drafted = 0;
+  for (int i = 0; i < steps; ++i) {
+    if (!s.should_draft(R)) {
+      s.observe_step(R, false, R, 1.0, R, 0);
+      continue;
+    }
+    ++drafted;
+    s.choose(drafts, lengths);
+    int rows = R;
+    for (int l : lengths) rows += l;
+    s.observe_step(R, true, 3 * R, 3.0 / drafted_rate, rows, 0);
+  }
+  return drafted;
+}
+
 // Each count of requests up to 16 has its own gate: drafting that loses at 7 requests stops
 // there, and 4 requests, where it wins, still draft (one gate for 4-7 let 4's gains draft at 7).
 TEST(PrefixLengthPolicy, GatesAreKeptPerRequestCount) {
@@ -282,21 +302,7 @@ TEST(PrefixLengthPolicy, GatesAreKeptPerRequestCount) {
   s.observe_drafting(0.0, 1);
   const Draft d = draft_of({0.7f, 0.7f, 0.7f, 0.7f});
   auto run = [&](int R, double drafted_rate, int steps) {
-    const std::vector<const Draft*> drafts(size_t(R), &d);
-    std::vector<int> lengths(size_t(R), 0);
-    int drafted = 0;
-    for (int i = 0; i < steps; ++i) {
-      if (!s.should_draft(R)) {
-        s.observe_step(R, false, R, 1.0, R, 0);  // R tokens a second
-        continue;
-      }
-      ++drafted;
-      s.choose(drafts, lengths);
-      int rows = R;
-      for (int l : lengths) rows += l;
-      s.observe_step(R, true, 3 * R, 3.0 / drafted_rate, rows, 0);
-    }
-    return drafted;
+    return run_load(s, d, R, drafted_rate, steps);
   };
   EXPECT_LT(run(7, 0.6, 300), 40) << "drafting that loses at 7 requests must stop";
   EXPECT_NEAR(s.measured_gain(7), 0.6, 0.05);
@@ -305,6 +311,31 @@ TEST(PrefixLengthPolicy, GatesAreKeptPerRequestCount) {
   // 5 drafting (4 win).
   EXPECT_FALSE(s.should_draft(8));
   EXPECT_TRUE(s.should_draft(5));
+}
+
+// Behind a lighter load that loses, a heavier one probes only every kProbeBehind steps: its
+// probes would lose more, and the lighter gate's own probes find when drafting pays again. At the
+// frontier (the nearest lighter load drafts) it probes as often as its probes' cost allows.
+TEST(PrefixLengthPolicy, HeavierLoadsBehindALosingOneProbeRarely) {
+  const Draft d = draft_of({0.7f, 0.7f, 0.7f, 0.7f});
+  // Drafted steps at 0.6 of the plain rate lose 2 plain steps each: probes 400 steps apart. (4
+  // requests are predicted to win by far, so their plain steps are measured only after 512.)
+  const int steps = 3 * PrefixLengthPolicy::kProbeBehind / 4;
+  auto probes_at_8 = [&](double rate_at_4) {
+    PrefixLengthPolicy s(line_sps(1.0, 0.1, 9));
+    s.learn_drafting_cost(true);
+    s.observe_drafting(0.0, 1);
+    run_load(s, d, 4, rate_at_4, 1000);
+    return run_load(s, d, 8, 0.6, steps);
+  };
+  EXPECT_LE(probes_at_8(0.6), 1) << "4 requests lose: 8 must leave the probing to them";
+  EXPECT_GE(probes_at_8(1.5), 3) << "4 requests draft: 8 is the frontier and probes";
+  // Rarely is not never.
+  PrefixLengthPolicy s(line_sps(1.0, 0.1, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.0, 1);
+  run_load(s, d, 4, 0.6, 1000);
+  EXPECT_GE(run_load(s, d, 8, 0.6, 2 * PrefixLengthPolicy::kProbeBehind + 1), 1);
 }
 
 // A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps

@@ -52,8 +52,11 @@ struct EngineMetrics {
   int64_t spec_num_draft_tokens = 0;
   int64_t spec_num_accepted_tokens = 0;
   std::vector<int64_t> spec_num_accepted_tokens_per_pos;
-  int64_t spec_proposed = 0;
-  int64_t spec_plain_steps = 0;  // steps the policy ran without drafting (it judged a plain step faster)  // drafted tokens, verified or cut by the length policy
+  int64_t spec_proposed = 0;     // drafted tokens, verified or cut by the length policy
+  int64_t spec_plain_steps = 0;  // steps the policy ran without drafting (a plain step faster)
+  // Positions the drafter took as context (their target features, or tokens): a prompt's and
+  // every committed token's, unless the request ended without drafting after them.
+  int64_t drafter_context_rows = 0;
   double draft_seconds = 0, forward_seconds = 0, step_seconds = 0;
   // Hot-reloaded drafters: the version new requests get (1: the one the engine started with), and
   // per version the rounds, verified drafts and accepted drafts of its requests, for the

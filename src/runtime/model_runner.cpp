@@ -91,16 +91,112 @@ void ModelRunner::admitted(RequestState& r) {
   r.draft_seq = r.dv->d->begin();
 }
 
+namespace {
+// Whether r's tokens [0, end) are tokens[0, end).
+bool same_prefix(const RequestState& r, std::span<const int32_t> tokens, int end) {
+  for (int p = 0; p < end; ++p)
+    if (r.token_at(p) != tokens[size_t(p)]) return false;
+  return true;
+}
+}  // namespace
+
+bool ModelRunner::defers_context() const {
+  return drafter_ &&
+         (drafter_->method() == SpecMethod::DSpark || drafter_->method() == SpecMethod::DFlash);
+}
+
+int ModelRunner::held_cap(int dwidth) const {
+  return int(std::max<size_t>(kHeldRows, kHeldBytes / (size_t(std::max(1, dwidth)) * 4)));
+}
+
 int ModelRunner::prefix_attached(RequestState& r, std::span<const int32_t> tokens, int n) {
   if (!drafter_) return n;
-  return std::min(n, r.dv->d->attach_prefix(r.draft_seq, tokens, n));
+  int m = std::min(n, r.dv->d->attach_prefix(r.draft_seq, tokens, n));
+  if (!defers_context() || m >= n) return m;
+  // The drafter's context lags the target's cache where rows were held and not given to it:
+  // parked by a request that ended (a chat's previous turn), or held by one still running (a
+  // shared document, another choice of the same prompt). The first become this request's held
+  // rows; the second go to the drafter now, into its prefix cache, and the attach is tried again.
+  if (const int end = unpark(r, tokens, m, n); end > m) return end;
+  flush_rows_.clear();
+  for (RequestState* h : holders_)
+    if (h != &r && h->dv == r.dv && h->held_pos <= m &&
+        same_prefix(*h, tokens, std::min(n, h->held_pos + int(h->committed.size()))))
+      flush_rows_.push_back(h);
+  if (flush_rows_.empty()) return m;
+  flush_held(flush_rows_);
+  r.dv->d->end(r.draft_seq);
+  r.draft_seq = r.dv->d->begin();
+  m = std::min(n, r.dv->d->attach_prefix(r.draft_seq, tokens, n));
+  return std::max(m, unpark(r, tokens, m, n));
+}
+
+void ModelRunner::park(RequestState& r) {
+  if (!opt_.enable_prefix_caching || r.committed.empty() || !defers_context()) return;
+  Parked p;
+  p.version = r.dv->version;
+  p.start = r.held_pos;
+  p.width = r.held_width;
+  p.tokens.reserve(size_t(r.held_pos) + r.committed.size());
+  for (int i = 0; i < r.held_pos; ++i) p.tokens.push_back(r.token_at(i));
+  p.tokens.insert(p.tokens.end(), r.committed.begin(), r.committed.end());
+  p.feats = std::move(r.held_feats);
+  parked_bytes_ += p.bytes();
+  parked_.push_back(std::move(p));
+  while (parked_bytes_ > kParkedBytes) {
+    parked_bytes_ -= parked_.front().bytes();
+    parked_.pop_front();
+  }
+}
+
+int ModelRunner::unpark(RequestState& r, std::span<const int32_t> tokens, int m, int n) {
+  for (auto it = parked_.rbegin(); it != parked_.rend(); ++it) {
+    const Parked& p = *it;
+    const int end = std::min(n, int(p.tokens.size()));
+    if (p.version != r.dv->version || p.start > m || end <= m ||
+        !std::equal(tokens.begin(), tokens.begin() + end, p.tokens.begin()))
+      continue;
+    r.committed.assign(p.tokens.begin() + m, p.tokens.begin() + end);
+    r.held_width = p.width;
+    r.held_feats.assign(p.feats.begin() + int64_t(m - p.start) * p.width,
+                        p.feats.begin() + int64_t(end - p.start) * p.width);
+    r.held_pos = m;
+    r.held_last = 0;
+    holders_.push_back(&r);
+    return end;
+  }
+  return m;
+}
+
+void ModelRunner::hold(RequestState& r, std::span<const int32_t> tokens, int pos,
+                       const float* feats, int dwidth) {
+  if (r.committed.empty()) {
+    r.held_pos = pos;
+    holders_.push_back(&r);
+  } else if (r.held_pos + int(r.committed.size()) != pos) {
+    fail("model runner: rows held from ", r.held_pos, " (", r.committed.size(),
+         ") cannot take position ", pos);
+  }
+  r.committed.insert(r.committed.end(), tokens.begin(), tokens.end());
+  r.held_width = feats ? dwidth : 0;
+  if (feats) r.held_feats.insert(r.held_feats.end(), feats, feats + tokens.size() * size_t(dwidth));
+}
+
+void ModelRunner::drop_holder(RequestState& r) {
+  auto it = std::find(holders_.begin(), holders_.end(), &r);
+  if (it != holders_.end()) holders_.erase(it);
 }
 
 void ModelRunner::released(RequestState& r) {
-  if (r.draft_seq >= 0) r.dv->d->end(r.draft_seq);
+  if (r.draft_seq >= 0) {
+    park(r);
+    r.dv->d->end(r.draft_seq);
+  }
+  drop_holder(r);
   r.draft_seq = -1;
   r.committed.clear();
   r.held_feats.clear();
+  r.held_last = 0;
   r.export_bytes.clear();
   r.export_rows = 0;
 }
@@ -217,17 +313,19 @@ void ModelRunner::execute(const StepPlan& plan, bool drafted, double t_step) {
   ++m.steps;
   prefill_results(plan, out);
   verify_and_commit(plan, out);
-  // Backbone drafters (DSpark, DFlash) are given the rows of plain steps when they next draft,
-  // several steps' rows in one pass (8 rows cost about 2.6 single rows on 2 AVX2 cores), or
-  // once kHeldRows are held (and so in the drafter's prefix cache, for the next turn of a chat);
-  // the others take them after every step.
+  // Backbone drafters (DSpark, DFlash) are given a prompt's rows and those of plain steps when
+  // they next draft, in one pass (8 rows cost about 2.6 single rows on 2 AVX2 cores), or once
+  // a request holds held_cap() rows; a request that never drafts (plain steps under load) costs
+  // the drafter nothing, and with prefix caching its rows are parked when it ends. The others
+  // take the rows after every step.
   if (drafter_) {
-    const bool defer =
-        drafter_->method() == SpecMethod::DSpark || drafter_->method() == SpecMethod::DFlash;
+    const bool defer = defers_context();
     flush_rows_.clear();
-    for (RequestState* r : plan.decode)
-      if (!r->committed.empty() && (!defer || int(r->committed.size()) >= kHeldRows))
-        flush_rows_.push_back(r);
+    for (const std::vector<RequestState*>* list : {&plan.prefill, &plan.decode})
+      for (RequestState* r : *list)
+        if (!r->committed.empty() &&
+            (!defer || int(r->committed.size()) >= held_cap(r->held_width)))
+          flush_rows_.push_back(r);
     flush_held(flush_rows_);
   }
   m.step_seconds += now_seconds() - t_step;
@@ -270,8 +368,13 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
                       out.taps + int64_t(out_row_of(i)) * width, size_t(dwidth) * 4);
         feats = gathered_.data();
       }
-      r->dv->d->extend(r->draft_seq, committed_, r->computed,
-                       TargetFeatures{feats, dtaps ? r->chunk : 0, dwidth});
+      if (defers_context()) {  // taken when it first drafts (a catch-up: held_last stays 0)
+        hold(*r, committed_, r->computed, feats, dwidth);
+      } else {
+        r->dv->d->extend(r->draft_seq, committed_, r->computed,
+                         TargetFeatures{feats, dtaps ? r->chunk : 0, dwidth});
+        out_.metrics().drafter_context_rows += r->chunk;
+      }
     }
     r->computed += r->chunk;
     if (!completes) continue;
@@ -345,17 +448,19 @@ void ModelRunner::verify_and_commit(const StepPlan& plan, const ForwardOutput& o
       for (int i = 0; i < int(r->out_tokens.size() - out_before); ++i)
         capture_row(*r, out, r0 + i, pos + i);
     if (go && drafter_) {  // held for the drafter, then given to it for many requests at once
-      if (r->committed.empty()) r->held_pos = pos;
+      committed_.assign(1, r->anchor);
+      committed_.insert(committed_.end(), r->draft.tokens.begin(),
+                        r->draft.tokens.begin() + vr.accepted);
+      const float* feats = nullptr;
+      if (dtaps) {
+        gathered_.resize(size_t(1 + vr.accepted) * size_t(dwidth));
+        for (int i = 0; i <= vr.accepted; ++i)
+          std::memcpy(gathered_.data() + int64_t(i) * dwidth, out.taps + int64_t(r0 + i) * width,
+                      size_t(dwidth) * 4);
+        feats = gathered_.data();
+      }
+      hold(*r, committed_, pos, feats, dwidth);
       r->held_last = 1 + vr.accepted;
-      r->committed.push_back(r->anchor);
-      r->committed.insert(r->committed.end(), r->draft.tokens.begin(),
-                          r->draft.tokens.begin() + vr.accepted);
-      r->held_width = dtaps ? dwidth : 0;
-      if (dtaps)
-        for (int i = 0; i <= vr.accepted; ++i) {
-          const float* f = out.taps + int64_t(r0 + i) * width;
-          r->held_feats.insert(r->held_feats.end(), f, f + dwidth);
-        }
     }
     if (go) {
       if (kv_.prefix_caching()) {
@@ -411,7 +516,9 @@ double ModelRunner::flush_held(std::span<RequestState* const> rs) {
   for (RequestState* r : rs) {
     r->committed.clear();
     r->held_feats.clear();
+    drop_holder(*r);
   }
+  out_.metrics().drafter_context_rows += rows;
   return (now_seconds() - t0) * double(older) / double(rows);
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <vector>
@@ -47,7 +48,9 @@ class ModelRunner {
   // Prefix caching: r's target KV starts with n cached positions of `tokens`; its drafter context
   // starts from as many of them as the drafter holds, which is returned.
   int prefix_attached(RequestState& r, std::span<const int32_t> tokens, int n);
-  // A request lost its place: its drafter state, held rows and captured hidden states go.
+  // A request lost its place: its drafter state and captured hidden states go; with prefix
+  // caching its held rows are parked for a request that continues its tokens (the next turn of a
+  // chat, or itself after preemption).
   void released(RequestState& r);
 
   // Drafts for the plan's decoding requests and sets each one's verify_len. Returns whether it
@@ -66,9 +69,39 @@ class ModelRunner {
                               std::span<const int32_t> drafts);
   // Gives the drafter the rows each of `rs` holds (one accept_batch per version), then empties
   // them. Returns the seconds it took for the rows held before the last step (a catch-up after
-  // plain steps; steady drafting gives only the last step's rows), counted pro rata.
+  // plain steps or a prompt; steady drafting gives only the last step's rows), counted pro rata.
   double flush_held(std::span<RequestState* const> rs);
+  // Holds rows for the drafter: `tokens` from position `pos` on, with their feature rows (`feats`,
+  // one per token, dwidth floats each; null without features).
+  void hold(RequestState& r, std::span<const int32_t> tokens, int pos, const float* feats,
+            int dwidth);
+  // Whether a backbone drafter (DSpark, DFlash) is used: its context waits until it drafts.
+  bool defers_context() const;
+  // Rows a request holds at most (kHeldBytes of features, at least kHeldRows) before they go to
+  // the drafter whether it drafts or not.
+  int held_cap(int dwidth) const;
   static constexpr int kHeldRows = 32;
+  static constexpr size_t kHeldBytes = size_t(2) << 20;
+  // Rows that requests released without giving them to the drafter, newest last, at most
+  // kParkedBytes of features: the sequence's tokens up to the last row, the first row's position
+  // and the drafter version they are for.
+  struct Parked {
+    int version = 0, start = 0, width = 0;
+    std::vector<int32_t> tokens;
+    std::vector<float> feats;
+    size_t bytes() const { return feats.size() * sizeof(float) + tokens.size() * 4; }
+  };
+  std::deque<Parked> parked_;
+  size_t parked_bytes_ = 0;
+  static constexpr size_t kParkedBytes = size_t(64) << 20;
+  void park(RequestState& r);
+  // Requests that hold rows: another request's prefix may need them in the drafter's cache.
+  std::vector<RequestState*> holders_;
+  void drop_holder(RequestState& r);
+  // A parked entry that continues r's drafter context from m (the drafter's cached prefix of
+  // `tokens`, the target's n cached positions) becomes r's held rows; returns where r's drafter
+  // context then ends (m when none applies).
+  int unpark(RequestState& r, std::span<const int32_t> tokens, int m, int n);
   // This step's catch-up seconds (flush_held), left out of what the policy learns.
   double catch_up_ = 0;
   // Keeps the export layers of the forward's output row `out_row` (position `pos`) for `r`.

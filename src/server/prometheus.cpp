@@ -65,7 +65,8 @@ class Writer {
     double value;
   };
   void scalars(std::initializer_list<Scalar> list) {
-    for (const Scalar& s : list) s.counter ? counter(s.name, s.help, s.value) : gauge(s.name, s.help, s.value);
+    for (const Scalar& s : list)
+      s.counter ? counter(s.name, s.help, s.value) : gauge(s.name, s.help, s.value);
   }
   void histogram(const std::string& name, const char* help, const Histogram& h) {
     header(name, "histogram", help);
@@ -92,14 +93,22 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
                               bool speculative) {
   Writer w(model_name);
   w.scalars({
-      {false, "vllm:num_requests_running", "Number of requests in model execution batches.", double(m.num_requests_running)},
-      {false, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", double(m.num_requests_waiting)},
-      {false, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", m.kv_cache_usage_perc},
-      {true, "vllm:num_preemptions", "Cumulative number of preemption from the engine.", double(m.num_preemptions)},
+      {false, "vllm:num_requests_running", "Number of requests in model execution batches.",
+       double(m.num_requests_running)},
+      {false, "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+       double(m.num_requests_waiting)},
+      {false, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+       m.kv_cache_usage_perc},
+      {true, "vllm:num_preemptions", "Cumulative number of preemption from the engine.",
+       double(m.num_preemptions)},
       {true, "vllm:prompt_tokens", "Number of prefill tokens processed.", double(m.prompt_tokens)},
-      {true, "vllm:generation_tokens", "Number of generation tokens processed.", double(m.generation_tokens)},
-      {true, "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", double(m.prefix_cache_queries)},
-      {true, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", double(m.prefix_cache_hits)},
+      {true, "vllm:generation_tokens", "Number of generation tokens processed.",
+       double(m.generation_tokens)},
+      {true, "vllm:prefix_cache_queries",
+       "Prefix cache queries, in terms of number of queried tokens.",
+       double(m.prefix_cache_queries)},
+      {true, "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.",
+       double(m.prefix_cache_hits)},
   });
 
   w.header("vllm:request_success_total", "counter", "Count of successfully processed requests.");
@@ -113,15 +122,19 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
       {"vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", m.ttft},
       {"vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", m.itl},
       {"vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", m.e2e},
-      {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", m.queue_time},
+      {"vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+       m.queue_time},
   };
   for (const auto& [name, help, h] : histograms) w.histogram(name, help, h);
 
   if (speculative) {
     w.scalars({
-        {true, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", double(m.spec_num_drafts)},
-        {true, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", double(m.spec_num_draft_tokens)},
-        {true, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", double(m.spec_num_accepted_tokens)},
+        {true, "vllm:spec_decode_num_drafts", "Number of spec decoding drafts.",
+         double(m.spec_num_drafts)},
+        {true, "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.",
+         double(m.spec_num_draft_tokens)},
+        {true, "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.",
+         double(m.spec_num_accepted_tokens)},
     });
     w.header("vllm:spec_decode_num_accepted_tokens_per_pos_total", "counter",
              "Accepted tokens per draft position.");
@@ -130,12 +143,14 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
                double(m.spec_num_accepted_tokens_per_pos[i]),
                "position=\"" + std::to_string(i) + "\"");
     // dspark's own: how many drafts the verification policy chose to verify, per round.
-    w.header("dspark:spec_decode_verify_length_total", "counter",
-             "Speculative rounds by the number of drafts verified (the length policy's choice of l).");
+    w.header(
+        "dspark:spec_decode_verify_length_total", "counter",
+        "Speculative rounds by the number of drafts verified (the length policy's choice of l).");
     for (size_t l = 0; l < m.spec_verify_length_hist.size(); ++l)
       w.sample("dspark:spec_decode_verify_length_total", double(m.spec_verify_length_hist[l]),
                "length=\"" + std::to_string(l) + "\"");
-    w.gauge("dspark:drafter_version", "The drafter version new requests get (POST /v1/load_drafter).",
+    w.gauge("dspark:drafter_version",
+            "The drafter version new requests get (POST /v1/load_drafter).",
             double(m.drafter_version));
     const std::pair<const char*, int64_t EngineMetrics::PerDrafter::*> per[] = {
         {"dspark:spec_decode_num_drafts_by_drafter_total", &EngineMetrics::PerDrafter::drafts},
@@ -151,6 +166,10 @@ std::string render_prometheus(const EngineMetrics& m, const std::string& model_n
     w.counter("dspark:spec_decode_plain_steps",
               "Steps run without drafting: the length policy judged a plain step faster.",
               double(m.spec_plain_steps));
+    w.counter("dspark:spec_decode_drafter_context_rows",
+              "Positions the drafter took as context; rows of requests that never drafted "
+              "after them are not taken.",
+              double(m.drafter_context_rows));
   }
   w.counter("dspark:engine_steps", "Engine steps (one target forward each).", double(m.steps));
   return std::move(w.out());

@@ -218,6 +218,91 @@ TEST(Engine, PrefixCachingKeepsF32OutputAndSkipsCachedPrefixes) {
   EXPECT_EQ(e->metrics().prefix_cache_queries, 0);
 }
 
+// Drafts only while *draft is true, full blocks when it does.
+class SwitchedPolicy : public VerifyLengthPolicy {
+ public:
+  explicit SwitchedPolicy(const bool* draft) : draft_(draft) {}
+  void choose(std::span<const Draft* const> drafts, std::span<int> lengths) override {
+    for (size_t r = 0; r < drafts.size(); ++r) lengths[r] = int(drafts[r]->tokens.size());
+  }
+  bool should_draft(int) override { return *draft_; }
+
+ private:
+  const bool* draft_;
+};
+
+// The drafter's context waits until a request drafts: a chat turn run with plain steps only (as
+// under load) costs the drafter nothing, and its rows are parked when it ends, so the next turn
+// starts from the target's whole cached prefix (not from where the drafter's context stopped)
+// and drafts from those rows exactly as a drafter that took every row along the way.
+TEST(Engine, DrafterContextWaitsUntilARequestDrafts) {
+  if (!fs::exists(kModels + "/demo-dspark/config.json"))
+    GTEST_SKIP() << "models/demo-dspark is not in this checkout";
+  Demo demo;
+  const GenerateParams gp = demo.params(24);
+  const ChatFormat fmt = detect_chat_format(*demo.tok);
+  auto chat = [&](std::vector<ChatMessage> m) {
+    return demo.tok->encode(apply_chat_template(fmt, m, true));
+  };
+  const auto t1 = chat({{"user", "What is 7 times 8?"}});
+  const std::vector<int32_t> a1 = demo.alone(t1, gp);
+  const auto t2 = chat({{"user", "What is 7 times 8?"},
+                        {"assistant", demo.tok->decode(a1)},
+                        {"user", "And 7 times 9?"}});
+  SpecConfig sc = SpecConfig::parse(demo_spec(false));
+  bool draft = true;
+  auto engine = [&](bool caching) {
+    EngineOptions opt;
+    opt.kv_dtype = DType::F32;
+    opt.enable_prefix_caching = caching;
+    return std::make_unique<Engine>(*demo.target, *demo.tok, opt,
+                                    load_drafter(sc, *demo.target, DType::F32), sc,
+                                    std::make_unique<SwitchedPolicy>(&draft));
+  };
+  // The reference: turn 2 alone, drafting from its first step, its drafter taking every row.
+  auto fresh = engine(false);
+  EXPECT_EQ(run_all(*fresh, {{"t2", t2, gp}})[0].tokens, demo.alone(t2, gp));
+  const int64_t want_accepted = fresh->metrics().spec_num_accepted_tokens;
+  ASSERT_GT(want_accepted, 0);
+
+  auto e = engine(true);
+  draft = false;  // turn 1 in plain steps only
+  EXPECT_EQ(run_all(*e, {{"t1", t1, gp}})[0].tokens, a1);
+  EXPECT_EQ(e->metrics().drafter_context_rows, 0) << "plain steps must not feed the drafter";
+  EXPECT_GT(e->metrics().spec_plain_steps, 0);
+  draft = true;
+  const Collected got = run_all(*e, {{"t2", t2, gp}})[0];
+  EXPECT_EQ(got.tokens, demo.alone(t2, gp));
+  // Turn 1 kept t1 and a1 but its last token (emitted, never computed) in the target's cache.
+  std::vector<int32_t> turn1 = t1;
+  turn1.insert(turn1.end(), a1.begin(), a1.end() - 1);
+  const size_t common = size_t(std::mismatch(turn1.begin(), turn1.end(), t2.begin()).first -
+                               turn1.begin());
+  const int cached = int(std::min(common, t2.size() - 1)) / kKvBlock * kKvBlock;
+  ASSERT_GT(cached, int(t1.size()) / kKvBlock * kKvBlock) << "(the turns share too little)";
+  EXPECT_EQ(got.cached_tokens, cached) << "turn 2 must start from the target's whole cache";
+  EXPECT_EQ(e->metrics().spec_num_accepted_tokens, want_accepted)
+      << "the parked rows must give the drafter the context it would have built";
+  EXPECT_GE(e->metrics().drafter_context_rows, cached);
+
+  // A document that a running request holds (plain steps, its rows not yet the drafter's): a
+  // second question about it starts from the target's cache as well, those rows going to the
+  // drafter then.
+  std::string doc;
+  for (int i = 0; i < 12; ++i)
+    doc += "Line " + std::to_string(i) + ": the store sells " + std::to_string(3 + i) +
+           " apples for " + std::to_string(2 * i + 1) + " dollars. ";
+  const auto q1 = chat({{"user", doc + "How many apples are on line 3?"}});
+  const auto q2 = chat({{"user", doc + "What do the apples on line 7 cost?"}});
+  draft = false;
+  auto shared = engine(true);
+  const auto two = run_all(*shared, {{"q1", q1, gp}, {"q2", q2, gp}}, {0, 3});
+  EXPECT_EQ(two[0].tokens, demo.alone(q1, gp));
+  EXPECT_EQ(two[1].tokens, demo.alone(q2, gp));
+  EXPECT_GE(two[1].cached_tokens, (int(q1.size()) / kKvBlock - 2) * kKvBlock);
+  EXPECT_GT(shared->metrics().drafter_context_rows, 0);
+}
+
 // An fp8 KV cache (either format) keeps speculative greedy output equal to plain greedy output
 // with the same cache, alone and all at once, with prefix caching: attention sums each row in the
 // same order whatever the tile holds, and a position's scale depends on that position only.

@@ -70,7 +70,8 @@ void Engine::init(std::unique_ptr<Drafter> own, Drafter* drafter) {
          K + 1, " tokens");
   kv_->set_prefix_caching(opt_.enable_prefix_caching);
   out_ = std::make_unique<OutputProcessor>(model_.config(), opt_, K);
-  runner_ = std::make_unique<ModelRunner>(*fwd_, opt_, std::move(own), drafter, spec_, policy_, *out_);
+  runner_ =
+      std::make_unique<ModelRunner>(*fwd_, opt_, std::move(own), drafter, spec_, policy_, *out_);
   SchedulerConfig sc;
   sc.max_num_seqs = opt_.max_num_seqs;
   sc.max_num_batched_tokens = opt_.max_num_batched_tokens;
@@ -109,7 +110,9 @@ int64_t Engine::kv_capacity_tokens() const {
   return int64_t(kv_->total_blocks()) * kKvBlock;
 }
 
-int Engine::length_limit() const { return int(std::min<int64_t>(max_model_len_, kv_capacity_tokens())); }
+int Engine::length_limit() const {
+  return int(std::min<int64_t>(max_model_len_, kv_capacity_tokens()));
+}
 
 void Engine::check(const EngineRequest& req) const {
   constexpr ErrorKind kInvalid = ErrorKind::InvalidRequest;
@@ -177,8 +180,8 @@ void Engine::start() {
       {
         std::unique_lock<std::mutex> lk(mu_);
         cv_.wait(lk, [this] {
-          return stopping_ || !incoming_.empty() || !aborts_.empty() || scheduler_->has_requests() ||
-                 next_drafter_;
+          return stopping_ || !incoming_.empty() || !aborts_.empty() ||
+                 scheduler_->has_requests() || next_drafter_;
         });
         if (stopping_) return;
       }
@@ -244,14 +247,16 @@ void Engine::take_intake() {
   std::vector<uint64_t> aborts;
   {
     std::lock_guard<std::mutex> lk(mu_);
-    if (!incoming_.empty()) has_work_ = true;  // before incoming_ empties: drain() must not see a gap
+    // Set before incoming_ empties: drain() must not see a gap.
+    if (!incoming_.empty()) has_work_ = true;
     for (auto& r : incoming_) scheduler_->add(std::move(r));
     incoming_.clear();
     aborts.swap(aborts_);
   }
   for (RequestQueue* q : {&scheduler_->waiting(), &scheduler_->running()}) {
     for (auto& r : *q)
-      if (std::find(aborts.begin(), aborts.end(), r->handle) != aborts.end()) r->abort_requested = true;
+      if (std::find(aborts.begin(), aborts.end(), r->handle) != aborts.end())
+        r->abort_requested = true;
     for (auto& r : *q)
       if (r->abort_requested) out_->finish(*r, "abort");
   }
@@ -271,6 +276,7 @@ bool Engine::step() {
   const bool drafted = runner_->propose(plan);
   runner_->execute(plan, drafted, t_step);
   retire();
+  runner_->step_delivered();
   return true;
 }
 

@@ -329,14 +329,22 @@ void ModelRunner::execute(const StepPlan& plan, bool drafted, double t_step) {
     flush_held(flush_rows_);
   }
   m.step_seconds += now_seconds() - t_step;
+  seen_.reset();
   if (policy_ && !plan.decode.empty()) {
     int emitted = 0;
     for (RequestState* r : plan.decode) emitted += int(r->pending.token_ids.size());
-    policy_->observe_step(int(plan.decode.size()), drafted, emitted,
-                          now_seconds() - t_step - catch_up_, int(decode_rows_.size()),
-                          plan.prefill_tokens);
+    seen_ = StepSeen{int(plan.decode.size()), emitted, int(decode_rows_.size()),
+                     plan.prefill_tokens,     drafted, t_step};
   }
   if (SpecMetrics* sm = out_.spec_metrics()) sm->verify_seconds += now_seconds() - t_fwd;
+}
+
+void ModelRunner::step_delivered() {
+  if (!seen_) return;
+  const StepSeen& s = *seen_;
+  policy_->observe_step(s.requests, s.drafted, s.emitted, now_seconds() - s.t_step - catch_up_,
+                        s.rows, s.other_rows);
+  seen_.reset();
 }
 
 // Prefill results: the drafter's context, and the first token of prompts that completed.
@@ -516,6 +524,9 @@ double ModelRunner::flush_held(std::span<RequestState* const> rs) {
   for (RequestState* r : rs) {
     r->committed.clear();
     r->held_feats.clear();
+    // A prompt chunk's rows (up to the step's token budget) are held for one step: their buffer
+    // is not kept for the rest of the request.
+    if (r->held_feats.capacity() * sizeof(float) > 2 * kHeldBytes) r->held_feats.shrink_to_fit();
     drop_holder(*r);
   }
   out_.metrics().drafter_context_rows += rows;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -58,6 +59,11 @@ class ModelRunner {
   bool propose(const StepPlan& plan);
   // The target forward over the plan's batch, then first tokens, verification and commits.
   void execute(const StepPlan& plan, bool drafted, double t_step);
+  // After the step's outputs were delivered: the policy learns what the step yielded and what it
+  // took from its start (t_step) to now. Delivering costs a step about a tenth of a plain step's
+  // forward on the demo models (detokenizing, stop strings, each request's output), once per
+  // step whatever the step yields, so it weighs for drafting and belongs in both rates.
+  void step_delivered();
 
  private:
   void build_batch(const StepPlan& plan);
@@ -104,6 +110,13 @@ class ModelRunner {
   int unpark(RequestState& r, std::span<const int32_t> tokens, int m, int n);
   // This step's catch-up seconds (flush_held), left out of what the policy learns.
   double catch_up_ = 0;
+  // What execute() saw of a step with decoding requests, for step_delivered().
+  struct StepSeen {
+    int requests = 0, emitted = 0, rows = 0, other_rows = 0;
+    bool drafted = false;
+    double t_step = 0;
+  };
+  std::optional<StepSeen> seen_;
   // Keeps the export layers of the forward's output row `out_row` (position `pos`) for `r`.
   void capture_row(RequestState& r, const ForwardOutput& out, int out_row, int pos);
 

@@ -30,7 +30,8 @@ class VerifyLengthPolicy {
   // token per request and the drafter is not run.
   virtual bool should_draft(int /*requests*/) { return true; }
   // After each step with decoding requests: how many there were, whether they drafted, the
-  // tokens they emitted, the step's seconds (drafting, forward and verification), and the rows of
+  // tokens they emitted, the step's seconds (drafting, forward, verification and delivering the
+  // outputs; the engine calls it once they are delivered), and the rows of
   // the forward that were theirs (anchors and drafts) and other requests' (prompt chunks).
   virtual void observe_step(int /*requests*/, bool /*drafted*/, int /*tokens*/, double /*seconds*/,
                             int /*decode_rows*/, int /*other_rows*/) {}

@@ -41,8 +41,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // below 256, 256-511, 512-1023, ...): a plain step on a long prompt is slower and drafting
   // gains less there, so one prompt's rates must not judge another's.
   void set_contexts(std::span<const int> positions) override;
-  // With learning on, plain steps also teach the step's cost beyond the target forward (the
-  // drafter taking the new token's context, sampling, bookkeeping): o, the mean of a plain
+  // With learning on, plain steps also teach the step's cost beyond the target forward
+  // (sampling, bookkeeping, delivering the outputs): o, the mean of a plain
   // step's seconds less t(rows), learned as the drafting cost is. Every step pays it, drafted or
   // not, so a round's time is t(B) + d + o and a plain step's t(R) + o; leaving it out overrates
   // plain steps against rounds that yield several tokens. Steps with other rows (prompt chunks)

@@ -16,8 +16,8 @@
 #include "../data/test_util.h"
 #include "../spec_decode/fixtures.h"
 #include "../spec_decode/stats.h"
-#include "demo_engine.h"
 #include "core/error.h"
+#include "demo_engine.h"
 #include "model/forward.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -59,6 +59,15 @@ std::vector<Collected> run_all(Engine& e, const std::vector<EngineRequest>& reqs
 
 // ---------------------------------------------------------------- the demo models, f32 greedy
 
+// Twelve lines about a store's apples: a document two questions share.
+std::string store_document() {
+  std::string doc;
+  for (int i = 0; i < 12; ++i)
+    doc += "Line " + std::to_string(i) + ": the store sells " + std::to_string(3 + i) +
+           " apples for " + std::to_string(2 * i + 1) + " dollars. ";
+  return doc;
+}
+
 TEST(Engine, F32GreedyEqualsPlainDecodingAloneAtEveryConcurrency) {
   if (!fs::exists(kModels + "/demo/config.json") ||
       !fs::exists(kModels + "/demo-dspark/config.json"))
@@ -90,7 +99,8 @@ TEST(Engine, F32GreedyEqualsPlainDecodingAloneAtEveryConcurrency) {
       {"dspark, a KV pool for two (preemption)", demo_spec(false), 6, 2048, 160, false},
       {"plain, a KV pool for two (preemption)", "", 6, 2048, 128, false},
       {"dspark adaptive, prefill-first steps, staggered", demo_spec(true), 4, 64, 0, true, true},
-      {"n-gram, all at once", R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3})",
+      {"n-gram, all at once",
+       R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3})",
        6, 2048, 0, false},
   };
   for (const Case& c : cases) {
@@ -131,10 +141,7 @@ TEST(Engine, PrefixCachingKeepsF32OutputAndSkipsCachedPrefixes) {
   Demo demo;
   const GenerateParams gp = demo.params(24);
   const ChatFormat fmt = detect_chat_format(*demo.tok);
-  std::string doc;
-  for (int i = 0; i < 12; ++i)
-    doc += "Line " + std::to_string(i) + ": the store sells " + std::to_string(3 + i) +
-           " apples for " + std::to_string(2 * i + 1) + " dollars. ";
+  const std::string doc = store_document();
   auto chat = [&](std::vector<ChatMessage> m) {
     return demo.tok->encode(apply_chat_template(fmt, m, true));
   };
@@ -276,8 +283,8 @@ TEST(Engine, DrafterContextWaitsUntilARequestDrafts) {
   // Turn 1 kept t1 and a1 but its last token (emitted, never computed) in the target's cache.
   std::vector<int32_t> turn1 = t1;
   turn1.insert(turn1.end(), a1.begin(), a1.end() - 1);
-  const size_t common = size_t(std::mismatch(turn1.begin(), turn1.end(), t2.begin()).first -
-                               turn1.begin());
+  const size_t common =
+      size_t(std::mismatch(turn1.begin(), turn1.end(), t2.begin()).first - turn1.begin());
   const int cached = int(std::min(common, t2.size() - 1)) / kKvBlock * kKvBlock;
   ASSERT_GT(cached, int(t1.size()) / kKvBlock * kKvBlock) << "(the turns share too little)";
   EXPECT_EQ(got.cached_tokens, cached) << "turn 2 must start from the target's whole cache";
@@ -288,10 +295,7 @@ TEST(Engine, DrafterContextWaitsUntilARequestDrafts) {
   // A document that a running request holds (plain steps, its rows not yet the drafter's): a
   // second question about it starts from the target's cache as well, those rows going to the
   // drafter then.
-  std::string doc;
-  for (int i = 0; i < 12; ++i)
-    doc += "Line " + std::to_string(i) + ": the store sells " + std::to_string(3 + i) +
-           " apples for " + std::to_string(2 * i + 1) + " dollars. ";
+  const std::string doc = store_document();
   const auto q1 = chat({{"user", doc + "How many apples are on line 3?"}});
   const auto q2 = chat({{"user", doc + "What do the apples on line 7 cost?"}});
   draft = false;

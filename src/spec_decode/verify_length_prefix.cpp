@@ -164,7 +164,12 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
   if (other_rows > 0) return;
   // The measured judge: decayed tokens and seconds of each kind of step at this load.
   Gate& g = gate(requests);
-  (drafted ? g.drafted : g.plain).add(double(tokens), seconds);
+  (drafted ? (last_full_ ? g.full : g.drafted) : g.plain).add(double(tokens), seconds);
+  if (g.full.n >= kMeasuredMin && g.drafted.n >= kMeasuredMin) {
+    const double r = g.full.per_second() / g.drafted.per_second();
+    if (r >= 1 + kHysteresis) g.full_blocks = true;
+    if (r < 1 - kHysteresis) g.full_blocks = false;
+  }
   if (g.measured()) {
     if (g.drafting && g.rate_gain() < 1 - kHysteresis) {  // drafting loses: plain steps, probed
       g.drafting = false;
@@ -177,7 +182,8 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
         g.drafting = true;
         g.since_plain = 0;
         g.drafted = {};
-        g.drafted.add(double(tokens), seconds);
+        g.full = {};
+        (last_full_ ? g.full : g.drafted).add(double(tokens), seconds);
       } else {
         g.last_step = steps_;
         g.probe_every = std::max(std::min(2 * g.probe_every, kProbeMax),
@@ -198,6 +204,28 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
 }
 
 void PrefixLengthPolicy::choose(std::span<const Draft* const> drafts, std::span<int> lengths) {
+  last_full_ = false;
+  if (learn_ && !drafts.empty()) {
+    Gate& g = gate(int(drafts.size()));
+    if (g.measured()) {
+      // The way not in use is tried rarely once it measures far behind (MT-Bench at 4 users:
+      // whole blocks at 0.6x the cut's rate).
+      const bool both = g.full.n >= kMeasuredMin;
+      const double behind = both ? std::min(g.full.per_second(), g.drafted.per_second()) /
+                                       std::max(g.full.per_second(), g.drafted.per_second())
+                                 : 1.0;
+      const int every = !both                    ? kExploreFirst
+                        : behind < 1 / kFarAhead ? kExploreRarely
+                                                 : kExploreEvery;
+      const bool other = ++g.since_arm >= every;  // the way not in use, now and then
+      if (other) g.since_arm = 0;
+      if (g.full_blocks != other) {
+        for (size_t r = 0; r < drafts.size(); ++r) lengths[r] = int(drafts[r]->tokens.size());
+        last_full_ = true;
+        return;
+      }
+    }
+  }
   struct Cand {
     double a;
     int r, j;  // request, position (1-based)

@@ -69,11 +69,17 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // kProbeLongest): under load a probe can cost several plain steps. A probe that gains at least
   // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
   // resumes drafting, which the measured judge then weighs on the rounds from that probe on. A
-  // load first seen where drafting loses at the nearest lighter load seen (same context) starts
-  // with plain steps and that load's probe spacing; while that lighter load loses, this one
-  // probes at most every kProbeBehind steps (its probes would lose more). Only past steps'
-  // confidences and timings decide, never the drafts of the step in question, so skipping keeps the
-  // output the target's.
+  // Once a load's rates are measured, its rounds either take Algorithm 1's lengths or verify
+  // every draft, whichever measures faster (by 2%), the other tried one round in kExploreEvery
+  // (kExploreFirst until it has kMeasuredMin rounds, kExploreRarely while far behind): where a
+  // step's cost rises steeply past a few rows and then slowly (two cores, 9 to 16 rows, then
+  // beyond), Algorithm 1's early stop halts in the steep part, while the whole block pays (4 users
+  // on math: full blocks 1.07x plain, the cut rounds 0.78x). Which way is used depends on past
+  // steps' timings only. A load first seen where drafting loses at the nearest lighter load seen
+  // (same context) starts with plain steps and that load's probe spacing; while that lighter load
+  // loses, this one probes at most every kProbeBehind steps (its probes would lose more). Only past
+  // steps' confidences and timings decide, never the drafts of the step in question, so skipping
+  // keeps the output the target's.
   bool should_draft(int requests) override;
   static constexpr int kProbeFirst = 2;
   static constexpr int kProbeMax = 32;
@@ -127,9 +133,20 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
       double per_second() const { return tokens / seconds; }
     };
     Rate drafted, plain;
+    // Drafted steps that verified every draft instead of Algorithm 1's lengths, and whether
+    // drafting uses them (the other way is tried one round in kExploreEvery, kExploreFirst until
+    // measured, kExploreRarely while it measures below 1 / kFarAhead of the way in use).
+    Rate full;
+    bool full_blocks = false;
+    int since_arm = 0;
     int since_plain = 0;  // drafted steps since the last plain one
     bool measured() const { return drafted.n >= kMeasuredMin && plain.n >= kMeasuredMin; }
-    double rate_gain() const { return drafted.per_second() / plain.per_second(); }
+    // Drafting's measured rate: the better of the two ways once both are measured.
+    double drafted_rate() const {
+      return full.n >= kMeasuredMin ? std::max(drafted.per_second(), full.per_second())
+                                    : drafted.per_second();
+    }
+    double rate_gain() const { return drafted_rate() / plain.per_second(); }
   };
   std::vector<Gate> gates_;    // per bucket of requests and of context (gate_index)
   size_t context_bucket_ = 0;  // of the last set_contexts
@@ -149,6 +166,7 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   Cost draft_;  // drafting seconds per drafted request
   Cost over_;   // o
   int64_t empty_rounds_ = 0;
+  bool last_full_ = false;  // the last round verified every draft (choose() chose full blocks)
 };
 
 namespace testing {

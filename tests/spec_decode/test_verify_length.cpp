@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -336,6 +337,44 @@ TEST(PrefixLengthPolicy, HeavierLoadsBehindALosingOneProbeRarely) {
   s.observe_drafting(0.0, 1);
   run_load(s, d, 4, 0.6, 1000);
   EXPECT_GE(run_load(s, d, 8, 0.6, 2 * PrefixLengthPolicy::kProbeBehind + 1), 1);
+}
+
+// Where the whole block measures faster than Algorithm 1's cut (the curve says rows are dear, the
+// machine says they are not), rounds verify every draft; where it measures slower they keep the
+// cut, the whole block tried one round in kExploreEvery.
+TEST(PrefixLengthPolicy, VerifiesWholeBlocksWhereTheyMeasureFaster) {
+  const Draft d = draft_of(std::vector<float>(8, 0.7f));
+  auto run = [&](const std::function<int(int)>& tokens_of,
+                 const std::function<double(int)>& seconds_of) {
+    // Rows 0.5 s each by the curve, drafting 0.1 s: Algorithm 1 verifies one draft of the eight.
+    PrefixLengthPolicy s(line_sps(1.0, 0.5, 9));
+    s.learn_drafting_cost(true);
+    s.observe_drafting(0.1, 1);
+    int whole = 0, rounds = 0;
+    for (int i = 0; i < 600; ++i) {
+      if (!s.should_draft(1)) {
+        s.observe_step(1, false, 1, 1.0, 1, 0);  // a token a second
+        continue;
+      }
+      const int l = length_of(s, d);
+      s.observe_step(1, true, tokens_of(l), seconds_of(l), 1 + l, 0);
+      if (i >= 300) {
+        ++rounds;
+        whole += l == 8;
+      }
+    }
+    return std::pair{whole, rounds};
+  };
+  // Rows cost nothing here and every draft is accepted: 9 tokens in 1.5 s against the cut's 2.
+  const auto [w1, n1] = run([](int l) { return 1 + l; }, [](int) { return 1.5; });
+  EXPECT_GT(n1, 200);
+  EXPECT_GT(w1, n1 * 9 / 10) << "whole blocks measure 4.5x faster: rounds must take them";
+  // Rows cost what the curve says and only two drafts survive: 3 tokens in 5 s, the cut's 2 in 1.5.
+  const auto [w2, n2] =
+      run([](int l) { return 1 + std::min(l, 2); }, [](int l) { return 1.0 + 0.5 * l; });
+  EXPECT_GT(n2, 200);
+  EXPECT_LE(w2, n2 / PrefixLengthPolicy::kExploreEvery + 1) << "the cut measures faster: keep it";
+  EXPECT_GE(w2, 1) << "the whole block must still be tried now and then";
 }
 
 // A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps

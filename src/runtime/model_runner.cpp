@@ -131,19 +131,33 @@ int ModelRunner::prefix_attached(RequestState& r, std::span<const int32_t> token
   return std::max(m, unpark(r, tokens, m, n));
 }
 
+namespace {
+// FNV-1a over token ids.
+uint64_t hash_tokens(uint64_t h, int32_t t) {
+  for (int i = 0; i < 4; ++i) h = (h ^ ((uint32_t(t) >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+  return h;
+}
+constexpr uint64_t kHashSeed = 0xcbf29ce484222325ull;
+}  // namespace
+
 void ModelRunner::park(RequestState& r) {
-  if (!opt_.enable_prefix_caching || r.committed.empty() || !defers_context()) return;
+  const int rows = int(r.committed.size());
+  if (!opt_.enable_prefix_caching || rows < kParkMin || !defers_context() || r.held_width == 0)
+    return;
   Parked p;
   p.version = r.dv->version;
   p.start = r.held_pos;
   p.width = r.held_width;
-  p.tokens.reserve(size_t(r.held_pos) + r.committed.size());
-  for (int i = 0; i < r.held_pos; ++i) p.tokens.push_back(r.token_at(i));
-  p.tokens.insert(p.tokens.end(), r.committed.begin(), r.committed.end());
-  p.feats = std::move(r.held_feats);
+  p.rows = rows;
+  p.prefix_hash = kHashSeed;
+  for (int i = 0; i < r.held_pos; ++i) p.prefix_hash = hash_tokens(p.prefix_hash, r.token_at(i));
+  const size_t nf = size_t(rows) * size_t(p.width);
+  p.data.resize(nf + size_t(rows));
+  std::memcpy(p.data.data(), r.held_feats.data(), nf * 4);
+  std::memcpy(p.data.data() + nf, r.committed.data(), size_t(rows) * 4);
   parked_bytes_ += p.bytes();
   parked_.push_back(std::move(p));
-  while (parked_bytes_ > kParkedBytes) {
+  while (parked_bytes_ > kParkedBytes || parked_.size() > kParkedEntries) {
     parked_bytes_ -= parked_.front().bytes();
     parked_.pop_front();
   }
@@ -152,14 +166,22 @@ void ModelRunner::park(RequestState& r) {
 int ModelRunner::unpark(RequestState& r, std::span<const int32_t> tokens, int m, int n) {
   for (auto it = parked_.rbegin(); it != parked_.rend(); ++it) {
     const Parked& p = *it;
-    const int end = std::min(n, int(p.tokens.size()));
-    if (p.version != r.dv->version || p.start > m || end <= m ||
-        !std::equal(tokens.begin(), tokens.begin() + end, p.tokens.begin()))
-      continue;
-    r.committed.assign(p.tokens.begin() + m, p.tokens.begin() + end);
+    const int end = std::min(n, p.start + p.rows);
+    if (p.version != r.dv->version || p.start > m || end <= m) continue;
+    const size_t nf = size_t(p.rows) * size_t(p.width);
+    const uint32_t* toks = p.data.data() + nf;
+    bool same = true;
+    for (int i = p.start; i < end && same; ++i)
+      same = uint32_t(tokens[size_t(i)]) == toks[i - p.start];
+    uint64_t h = kHashSeed;
+    for (int i = 0; i < p.start && same; ++i) h = hash_tokens(h, tokens[size_t(i)]);
+    if (!same || h != p.prefix_hash) continue;
+    r.committed.resize(size_t(end - m));
+    std::memcpy(r.committed.data(), toks + (m - p.start), size_t(end - m) * 4);
     r.held_width = p.width;
-    r.held_feats.assign(p.feats.begin() + int64_t(m - p.start) * p.width,
-                        p.feats.begin() + int64_t(end - p.start) * p.width);
+    r.held_feats.resize(size_t(end - m) * size_t(p.width));
+    std::memcpy(r.held_feats.data(), p.data.data() + size_t(m - p.start) * size_t(p.width),
+                r.held_feats.size() * 4);
     r.held_pos = m;
     r.held_last = 0;
     holders_.push_back(&r);

@@ -89,17 +89,22 @@ class ModelRunner {
   static constexpr int kHeldRows = 32;
   static constexpr size_t kHeldBytes = size_t(2) << 20;
   // Rows that requests released without giving them to the drafter, newest last, at most
-  // kParkedBytes of features: the sequence's tokens up to the last row, the first row's position
-  // and the drafter version they are for.
+  // kParkedBytes and kParkedEntries, kParkMin rows or more each (fewer cost the target at most a
+  // KV block to recompute): the drafter version, the first row's position, a hash of the tokens
+  // before it, and one exact buffer of the rows' features then their tokens (a long-lived buffer
+  // per entry, sized once: entries that came and went in pieces crept the server's memory by
+  // about 100-300 bytes a request in the soak test).
   struct Parked {
-    int version = 0, start = 0, width = 0;
-    std::vector<int32_t> tokens;
-    std::vector<float> feats;
-    size_t bytes() const { return feats.size() * sizeof(float) + tokens.size() * 4; }
+    int version = 0, start = 0, width = 0, rows = 0;
+    uint64_t prefix_hash = 0;
+    std::vector<uint32_t> data;
+    size_t bytes() const { return data.size() * sizeof(uint32_t); }
   };
   std::deque<Parked> parked_;
   size_t parked_bytes_ = 0;
   static constexpr size_t kParkedBytes = size_t(64) << 20;
+  static constexpr size_t kParkedEntries = 256;
+  static constexpr int kParkMin = 16;
   void park(RequestState& r);
   // Requests that hold rows: another request's prefix may need them in the drafter's cache.
   std::vector<RequestState*> holders_;

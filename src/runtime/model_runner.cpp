@@ -191,7 +191,7 @@ int ModelRunner::unpark(RequestState& r, std::span<const int32_t> tokens, int m,
 }
 
 void ModelRunner::hold(RequestState& r, std::span<const int32_t> tokens, int pos,
-                       const float* feats, int dwidth) {
+                       const float* feats, int64_t stride, int dwidth) {
   if (r.committed.empty()) {
     r.held_pos = pos;
     holders_.push_back(&r);
@@ -201,7 +201,11 @@ void ModelRunner::hold(RequestState& r, std::span<const int32_t> tokens, int pos
   }
   r.committed.insert(r.committed.end(), tokens.begin(), tokens.end());
   r.held_width = feats ? dwidth : 0;
-  if (feats) r.held_feats.insert(r.held_feats.end(), feats, feats + tokens.size() * size_t(dwidth));
+  if (feats)
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      const float* f = feats + int64_t(i) * stride;
+      r.held_feats.insert(r.held_feats.end(), f, f + dwidth);
+    }
 }
 
 void ModelRunner::drop_holder(RequestState& r) {
@@ -399,7 +403,7 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
         feats = gathered_.data();
       }
       if (defers_context()) {  // taken when it first drafts (a catch-up: held_last stays 0)
-        hold(*r, committed_, r->computed, feats, dwidth);
+        hold(*r, committed_, r->computed, feats, dwidth, dwidth);
       } else {
         r->dv->d->extend(r->draft_seq, committed_, r->computed,
                          TargetFeatures{feats, dtaps ? r->chunk : 0, dwidth});
@@ -477,28 +481,15 @@ void ModelRunner::verify_and_commit(const StepPlan& plan, const ForwardOutput& o
     if (r->req.export_hidden)  // the rows of the emitted tokens' inputs: the anchor, then drafts
       for (int i = 0; i < int(r->out_tokens.size() - out_before); ++i)
         capture_row(*r, out, r0 + i, pos + i);
-    if (go && drafter_) {  // held for the drafter, then given to it for many requests at once
+    if (go) {
       committed_.assign(1, r->anchor);
       committed_.insert(committed_.end(), r->draft.tokens.begin(),
                         r->draft.tokens.begin() + vr.accepted);
-      const float* feats = nullptr;
-      if (dtaps) {
-        gathered_.resize(size_t(1 + vr.accepted) * size_t(dwidth));
-        for (int i = 0; i <= vr.accepted; ++i)
-          std::memcpy(gathered_.data() + int64_t(i) * dwidth, out.taps + int64_t(r0 + i) * width,
-                      size_t(dwidth) * 4);
-        feats = gathered_.data();
+      if (drafter_) {  // held for the drafter, then given to it for many requests at once
+        hold(*r, committed_, pos, dtaps ? out.taps + int64_t(r0) * width : nullptr, width, dwidth);
+        r->held_last = 1 + vr.accepted;
       }
-      hold(*r, committed_, pos, feats, dwidth);
-      r->held_last = 1 + vr.accepted;
-    }
-    if (go) {
-      if (kv_.prefix_caching()) {
-        committed_.assign(1, r->anchor);
-        committed_.insert(committed_.end(), r->draft.tokens.begin(),
-                          r->draft.tokens.begin() + vr.accepted);
-        kv_.commit(r->kv_seq, pos, committed_);
-      }
+      if (kv_.prefix_caching()) kv_.commit(r->kv_seq, pos, committed_);
       r->anchor = vr.next_token;
       r->computed = pos + vr.accepted + 1;
     }

@@ -77,10 +77,10 @@ class ModelRunner {
   // them. Returns the seconds it took for the rows held before the last step (a catch-up after
   // plain steps or a prompt; steady drafting gives only the last step's rows), counted pro rata.
   double flush_held(std::span<RequestState* const> rs);
-  // Holds rows for the drafter: `tokens` from position `pos` on, with their feature rows (`feats`,
-  // one per token, dwidth floats each; null without features).
+  // Holds rows for the drafter: `tokens` from position `pos` on, with their feature rows (token
+  // i's dwidth floats at feats + i * stride; null without features).
   void hold(RequestState& r, std::span<const int32_t> tokens, int pos, const float* feats,
-            int dwidth);
+            int64_t stride, int dwidth);
   // Whether a backbone drafter (DSpark, DFlash) is used: its context waits until it drafts.
   bool defers_context() const;
   // Rows a request holds at most (kHeldBytes of features, at least kHeldRows) before they go to

@@ -1,5 +1,7 @@
 // Paged attention at Qwen3-0.6B head shapes (16 query heads, 8 KV heads, head_dim 128):
-// one layer's decode (1 row) and verification (8 rows) over 512 and 4096 cached positions.
+// one layer's decode (1 row) and verification of 8 drafts (9 rows) over 512, 4,096 and 32,768
+// cached positions, with the f32 tile (third argument 0) and, where the CPU has AVX512_BF16, the
+// tile on bf16 pairs (1).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -13,6 +15,7 @@ namespace {
 
 void BM_Attention(benchmark::State& state) {
   const int ctx = int(state.range(0)), rows = int(state.range(1));
+  detail::set_attention_bf16_pairs(state.range(2) != 0);
   const int n_heads = 16, n_kv = 8, hd = 128;
   const int blocks = (ctx + rows + kKvBlock - 1) / kKvBlock;
   PagedKvLayer kv{DType::BF16, n_kv, hd, blocks, nullptr, nullptr};
@@ -35,7 +38,10 @@ void BM_Attention(benchmark::State& state) {
   state.counters["KV_GB/s"] = benchmark::Counter(double(ctx) * n_kv * hd * 2 * 2, benchmark::Counter::kIsIterationInvariantRate,
                                                  benchmark::Counter::kIs1000);
 }
-BENCHMARK(BM_Attention)->Args({512, 1})->Args({512, 8})->Args({4096, 1})->Args({4096, 8})->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Attention)
+    ->ArgsProduct({{512, 4096, 32768}, {1, 9}, {0, 1}})
+    ->UseRealTime()
+    ->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace dspark

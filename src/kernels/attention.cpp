@@ -1,6 +1,7 @@
 #include "kernels/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <vector>
 
@@ -124,9 +125,20 @@ bool avx512_attention() {
   return cpu_features().avx512f && cpu_features().avx512bw && b != GemmBackend::Avx2 && b != GemmBackend::Reference;
 }
 
+std::atomic<bool> bf16_pairs_enabled{true};
+
+// Whether a tile over a cache of `dtype` with this head dimension runs on bf16 pairs.
+bool bf16_pairs(DType dtype, int head_dim) {
+  return dtype == DType::BF16 && head_dim % 32 == 0 && cpu_features().avx512_bf16 &&
+         bf16_pairs_enabled.load(std::memory_order_relaxed) && avx512_attention();
+}
+
 }  // namespace
 
-const char* attention_kernel_name() {
+void detail::set_attention_bf16_pairs(bool enabled) { bf16_pairs_enabled.store(enabled); }
+
+const char* attention_kernel_name(DType dtype) {
+  if (bf16_pairs(dtype, 32)) return "avx512bf16";
   if (avx512_attention()) return "avx512";
   return cpu_features().avx2 && cpu_features().fma ? "avx2" : "reference";
 }
@@ -138,7 +150,9 @@ void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q
   if (!avx2 || kv.head_dim % 8 != 0 || (is_fp8(kv.dtype) && !f16c))
     return detail::attention_reference(kv, rows, q, ldq, n_heads, scale, out, ldo);
   const bool wide = kv.head_dim % 16 == 0 && avx512_attention();
-  const auto tile_fn = wide ? detail::attention_tile_avx512 : detail::attention_tile_avx2;
+  const auto tile_fn = bf16_pairs(kv.dtype, kv.head_dim) ? detail::attention_tile_avx512bf16
+                       : wide                            ? detail::attention_tile_avx512
+                                                         : detail::attention_tile_avx2;
   // Tiles: runs of up to kTileRows consecutive rows that share a sequence, so each K/V block
   // read from memory serves every query row and GQA head of the tile: a verification of up to
   // 15 drafts (16 rows) reads its sequence's cache once.

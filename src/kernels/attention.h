@@ -64,10 +64,13 @@ struct AttentionRows {
 void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                int n_heads, float scale, float* out, int64_t ldo);
 
-// The tile kernel attention() runs for head dimensions that are multiples of 16: "avx512"
-// where the CPU has AVX512F and AVX512BW and the matrix backend is not forced to avx2 or
-// reference (DSPARK_GEMM), else "avx2" where it has AVX2 and FMA, else "reference".
-const char* attention_kernel_name();
+// The tile kernel attention() runs on a cache of `dtype` for head dimensions that are multiples
+// of 32: "avx512" where the CPU has AVX512F and AVX512BW and the matrix backend is not forced to
+// avx2 or reference (DSPARK_GEMM), else "avx2" where it has AVX2 and FMA, else "reference". On a
+// bf16 cache, "avx512bf16" where the CPU also has AVX512_BF16: queries and probabilities are then
+// rounded to bf16 and both products run in vdpbf16ps (attention_avx512bf16.cpp); the other tiles
+// multiply in f32.
+const char* attention_kernel_name(DType dtype = DType::F32);
 
 namespace detail {
 // The keys [k0, k1) of a tile call (k0 a multiple of kKvBlock), and where each row's keys start
@@ -88,10 +91,18 @@ void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, cons
 void attention_tile_avx2(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
                          const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
                          int64_t ldo, const TileKeys& span);
+// Whether bf16 caches take the AVX512-BF16 tile where the CPU has it (true unless set otherwise):
+// tests turn it off to run the f32 tile that CPUs without AVX512_BF16 run.
+void set_attention_bf16_pairs(bool enabled);
 // The same tile on 16-lane vectors (head_dim a multiple of 16; AVX512F and AVX512BW).
 void attention_tile_avx512(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
                            const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
                            int64_t ldo, const TileKeys& span);
+// The tile on bf16 pairs for bf16 caches (head_dim a multiple of 32; AVX512F, AVX512BW and
+// AVX512_BF16).
+void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, int nr,
+                               const float* q, int64_t ldq, int group, int kvh, float scale, float* out,
+                               int64_t ldo, const TileKeys& span);
 }  // namespace detail
 
 }  // namespace dspark

@@ -39,6 +39,37 @@ std::vector<double> dense(const std::vector<float>& q, const std::vector<std::ve
   return out;
 }
 
+// Whether attention() runs the tile on bf16 pairs on this cache (attention_avx512bf16.cpp): it
+// rounds the scaled queries and each block's probabilities to bf16.
+bool bf16_pairs(DType dt, int hd) {
+  return dt == DType::BF16 && hd % 32 == 0 && std::string(attention_kernel_name(DType::BF16)) == "avx512bf16";
+}
+
+// What one row's output must be: dense attention in double, within 2e-5 for the f32 tiles. For the
+// tile on bf16 pairs, dense attention of the queries as that tile rounds them (bf16 of q * scale),
+// within the bound its bf16 probabilities allow: each is within 2^-9 of its value, so each weight
+// within about 2^-8 of its own, and an output within 2^-8 * sum_j w_j |v_j| (+ 2e-5).
+struct Want {
+  std::vector<double> value, tol;
+};
+Want want_row(const std::vector<float>& q, const std::vector<std::vector<float>>& keys,
+              const std::vector<std::vector<float>>& vals, int n_heads, int n_kv, int hd, int visible, float scale,
+              int start, bool pairs) {
+  if (!pairs) {
+    auto value = dense(q, keys, vals, n_heads, n_kv, hd, visible, scale, start);
+    return {value, std::vector<double>(value.size(), 2e-5)};
+  }
+  std::vector<float> qr(q.size());
+  for (size_t i = 0; i < q.size(); ++i) qr[i] = bf16_to_f32(f32_to_bf16(q[i] * scale));
+  std::vector<std::vector<float>> mags(vals);
+  for (auto& row : mags)
+    for (auto& x : row) x = std::fabs(x);
+  Want w{dense(qr, keys, vals, n_heads, n_kv, hd, visible, 1.f, start),
+         dense(qr, keys, mags, n_heads, n_kv, hd, visible, 1.f, start)};
+  for (auto& t : w.tol) t = 2e-5 + t / 256;
+  return w;
+}
+
 void check(DType dtype, int n_heads, int n_kv, int hd, bool reference) {
   std::mt19937 rng(7 + hd + n_heads);
   std::normal_distribution<float> nd;
@@ -98,9 +129,10 @@ void check(DType dtype, int n_heads, int n_kv, int hd, bool reference) {
   else attention(kv, rows, q.data(), ld, n_heads, scale, out.data(), ld);
   for (int r = 0; r < n; ++r) {
     std::vector<float> qr(q.begin() + r * ld, q.begin() + r * ld + n_heads * hd);
-    auto want = dense(qr, keys[seq[size_t(r)]], vals[seq[size_t(r)]], n_heads, n_kv, hd, visible[size_t(r)], scale);
+    const auto want = want_row(qr, keys[seq[size_t(r)]], vals[seq[size_t(r)]], n_heads, n_kv, hd,
+                               visible[size_t(r)], scale, 0, !reference && bf16_pairs(dtype, hd));
     for (int i = 0; i < n_heads * hd; ++i)
-      ASSERT_NEAR(out[size_t(r * ld + i)], want[size_t(i)], 2e-5) << "row " << r << " index " << i;
+      ASSERT_NEAR(out[size_t(r * ld + i)], want.value[size_t(i)], want.tol[size_t(i)]) << "row " << r << " index " << i;
   }
 }
 
@@ -159,7 +191,9 @@ TEST(Attention, DispatchedKernelMatchesDense) {
   // forces the AVX2 tile), so neither passes on the other's account.
   const bool wide = cpu_features().avx512f && cpu_features().avx512bw && gemm_backend() != GemmBackend::Avx2;
   EXPECT_STREQ(attention_kernel_name(), wide ? "avx512" : cpu_features().avx2 ? "avx2" : "reference");
-  std::printf("attention kernel: %s\n", attention_kernel_name());
+  // bf16 caches: the tile on bf16 pairs where the CPU also has AVX512_BF16.
+  EXPECT_STREQ(attention_kernel_name(DType::BF16), wide && cpu_features().avx512_bf16 ? "avx512bf16" : attention_kernel_name());
+  std::printf("attention kernel: %s, on bf16 caches %s\n", attention_kernel_name(), attention_kernel_name(DType::BF16));
   for (DType dt : {DType::F32, DType::BF16, DType::F8_E4M3, DType::F8_E5M2}) {
     check(dt, 16, 8, 128, false);  // Qwen3-0.6B heads
     check(dt, 32, 8, 64, false);   // Llama-3.2-1B heads
@@ -222,9 +256,10 @@ void check_long_rows(bool windows) {
         const std::string where = std::string(dtype_name(dt)) + " hd " + std::to_string(hd) + " visible " +
                                   std::to_string(visible[size_t(r)]) + " start " + std::to_string(start[size_t(r)]);
         std::vector<float> qr(q.begin() + r * ld, q.begin() + (r + 1) * ld);
-        const auto want = dense(qr, keys, vals, n_heads, n_kv, hd, visible[size_t(r)], scale, start[size_t(r)]);
+        const auto want = want_row(qr, keys, vals, n_heads, n_kv, hd, visible[size_t(r)], scale, start[size_t(r)],
+                                   bf16_pairs(dt, hd));
         for (int i = 0; i < ld; ++i)
-          ASSERT_NEAR(out[size_t(r * ld + i)], want[size_t(i)], 2e-5) << where << " index " << i;
+          ASSERT_NEAR(out[size_t(r * ld + i)], want.value[size_t(i)], want.tol[size_t(i)]) << where << " index " << i;
         attention(kv, AttentionRows{1, tables.data(), visible.data() + r, start.data() + r}, qr.data(), ld, n_heads,
                   scale, alone.data(), ld);
         for (int i = 0; i < ld; ++i)
@@ -240,6 +275,23 @@ TEST(Attention, SplitAlongTheSequenceMatchesDenseAndIsBatchInvariant) {
 
 TEST(Attention, SlidingWindowsMatchDenseAndAreBatchInvariant) {
   std::printf("attention kernel: %s\n", attention_kernel_name());
+  check_long_rows(true);
+}
+
+// The f32 AVX-512 tile on bf16 caches, which CPUs with AVX512F but without AVX512_BF16 run: here it
+// runs only with the tile on bf16 pairs turned off.
+TEST(Attention, F32TileOnBf16CachesMatchesDense) {
+  if (std::string(attention_kernel_name(DType::BF16)) != "avx512bf16")
+    GTEST_SKIP() << "bf16 caches already take the " << attention_kernel_name(DType::BF16)
+                 << " tile here (no AVX512_BF16, or the AVX2 or reference paths forced), which the other tests check";
+  detail::set_attention_bf16_pairs(false);
+  struct Restore {
+    ~Restore() { detail::set_attention_bf16_pairs(true); }
+  } restore;
+  EXPECT_STREQ(attention_kernel_name(DType::BF16), "avx512");
+  check(DType::BF16, 16, 8, 128, false);
+  check(DType::BF16, 32, 8, 64, false);
+  check_long_rows(false);
   check_long_rows(true);
 }
 

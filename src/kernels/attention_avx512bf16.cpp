@@ -131,26 +131,39 @@ inline void pv(const uint16_t* vb, const uint32_t* pb, const float* alpha, int k
 // Masks block b0's scores s (nq x 16) to what each row sees and runs the online softmax step: the
 // bf16 probabilities go to pb (nq x 8 pairs), each vector's rescale factor to alpha.
 void softmax_block(float* s, int nq, int group, const int32_t* visible, const int32_t* start,
-                   int b0, float* mx, float* sum, float* alpha, uint32_t* pb) {
+                   int b0, float* mx, float* sum, float* alpha, uint32_t* pb, float* new_max,
+                   uint16_t* seen) {
+  // The maxima, then every vector's rescale factor exp(old max - new max) 16 at a time (0 on the
+  // first block, where the old max is -inf), then the probabilities.
   for (int qi = 0; qi < nq; ++qi) {
     const int lim = std::min(kKvBlock, visible[qi / group] - b0);
     const int lo = start ? std::max(0, start[qi / group] - b0) : 0;
+    seen[qi] = lim <= lo ? 0 : uint16_t(((1u << lim) - 1u) & ~((1u << lo) - 1u));
+    new_max[qi] =
+        seen[qi] ? std::max(mx[qi], _mm512_reduce_max_ps(_mm512_mask_loadu_ps(
+                                        _mm512_set1_ps(-INFINITY), seen[qi], s + qi * kKvBlock)))
+                 : 0.f;
+  }
+  for (int qi = 0; qi < nq; qi += 16) {
+    const __mmask16 m = nq - qi >= 16 ? __mmask16(0xffff) : __mmask16((1u << (nq - qi)) - 1u);
+    const __m512 a = exp512(
+        _mm512_sub_ps(_mm512_maskz_loadu_ps(m, mx + qi), _mm512_maskz_loadu_ps(m, new_max + qi)));
+    _mm512_mask_storeu_ps(alpha + qi, m, a);
+  }
+  for (int qi = 0; qi < nq; ++qi) {
     __m256i* dst = reinterpret_cast<__m256i*>(pb + qi * (kKvBlock / 2));
-    if (lim <= lo) {  // this row sees none of the block: leave its output as it is
+    if (!seen[qi]) {  // this row sees none of the block: leave its output as it is
       _mm256_storeu_si256(dst, _mm256_setzero_si256());
       alpha[qi] = 1.f;
       continue;
     }
-    const __mmask16 seen = __mmask16(((1u << lim) - 1u) & ~((1u << lo) - 1u));
-    const __m512 sv = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), seen, s + qi * kKvBlock);
-    const float new_max = std::max(mx[qi], _mm512_reduce_max_ps(sv));
-    alpha[qi] = std::exp(mx[qi] - new_max);  // 0 on the first block (mx = -inf)
+    const __m512 sv = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), seen[qi], s + qi * kKvBlock);
     const __m256i e =
-        (__m256i)_mm512_cvtneps_pbh(exp512(_mm512_sub_ps(sv, _mm512_set1_ps(new_max))));
+        (__m256i)_mm512_cvtneps_pbh(exp512(_mm512_sub_ps(sv, _mm512_set1_ps(new_max[qi]))));
     _mm256_storeu_si256(dst, e);
     const __m512 rounded = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(e), 16));
     sum[qi] = sum[qi] * alpha[qi] + _mm512_reduce_add_ps(rounded);
-    mx[qi] = new_max;
+    mx[qi] = new_max[qi];
   }
 }
 
@@ -162,7 +175,7 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
   const int hd = kv.head_dim, hd2 = hd / 2;
   const int nq = nr * group;  // query vectors: index qi = r * group + g
   thread_local Buffer<float> scratch;
-  scratch.resize(size_t(nq) * (hd + hd2 + kKvBlock + kKvBlock / 2 + 3) + 64);
+  scratch.resize(size_t(nq) * (hd + hd2 + kKvBlock + kKvBlock / 2 + 5) + 64);
   float* o = scratch.data();                               // [nq][hd] unnormalised outputs
   float* s = o + nq * hd;                                  // [nq][16] scores of the current block
   float* mx = s + nq * kKvBlock;                           // [nq] running max
@@ -170,6 +183,8 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
   float* alpha = sum + nq;                                 // [nq] this block's rescale factor
   uint32_t* qp = reinterpret_cast<uint32_t*>(alpha + nq);  // [nq][hd2] scaled queries, bf16 pairs
   uint32_t* pb = qp + nq * hd2;                            // [nq][8] probabilities, bf16 pairs
+  float* new_max = reinterpret_cast<float*>(pb + nq * kKvBlock / 2);  // [nq] this block's maxima
+  uint16_t* seen = reinterpret_cast<uint16_t*>(new_max + nq);  // [nq] positions each row sees
   int max_vis = 0;
   for (int r = 0; r < nr; ++r) max_vis = std::max(max_vis, visible[r]);
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -196,7 +211,7 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
     for (; qi + 4 <= nq; qi += 4) scores<4>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock);
     for (; qi + 2 <= nq; qi += 2) scores<2>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock);
     for (; qi < nq; ++qi) scores<1>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock);
-    softmax_block(s, nq, group, visible, span.start, b0, mx, sum, alpha, pb);
+    softmax_block(s, nq, group, visible, span.start, b0, mx, sum, alpha, pb, new_max, seen);
     const uint16_t* vb = v + kv.block_offset(kvh, phys);
     const int keys = std::min(kKvBlock, max_vis - b0);
     qi = 0;

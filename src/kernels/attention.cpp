@@ -78,10 +78,19 @@ void kv_write(const PagedKvLayer& kv, const int32_t* block_table, int pos, const
 
 namespace detail {
 
-void store_partial(const TileKeys& span, const float* o, const float* mx, const float* sum, int nq, int hd) {
-  std::copy(o, o + int64_t(nq) * hd, span.partial);
-  std::copy(mx, mx + nq, span.partial + int64_t(nq) * hd);
-  std::copy(sum, sum + nq, span.partial + int64_t(nq) * (hd + 1));
+void finish_tile(const TileKeys& span, const float* o, const float* mx, const float* sum, int nq, int group, int kvh,
+                 int hd, float* out, int64_t ldo) {
+  if (span.partial) {
+    std::copy(o, o + int64_t(nq) * hd, span.partial);
+    std::copy(mx, mx + nq, span.partial + int64_t(nq) * hd);
+    std::copy(sum, sum + nq, span.partial + int64_t(nq) * (hd + 1));
+    return;
+  }
+  for (int qi = 0; qi < nq; ++qi) {
+    float* dst = out + (qi / group) * ldo + int64_t(kvh * group + qi % group) * hd;
+    const float inv = sum[qi] > 0.f ? 1.f / sum[qi] : 0.f;
+    for (int d = 0; d < hd; ++d) dst[d] = o[qi * hd + d] * inv;
+  }
 }
 
 void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,

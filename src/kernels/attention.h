@@ -83,8 +83,10 @@ struct TileKeys {
   float* partial = nullptr;
   const int32_t* start = nullptr;
 };
-// A tile's part for the merge, in TileKeys::partial's layout: o [nq][hd], then mx [nq], sum [nq].
-void store_partial(const TileKeys& span, const float* o, const float* mx, const float* sum, int nq, int hd);
+// A tile's last step: its part for the merge with `span.partial` (TileKeys::partial's layout: o
+// [nq][hd], then mx [nq], sum [nq]), else each query vector's output o / sum written to out.
+void finish_tile(const TileKeys& span, const float* o, const float* mx, const float* sum, int nq, int group, int kvh,
+                 int hd, float* out, int64_t ldo);
 void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                          int n_heads, float scale, float* out, int64_t ldo);
 // Attends query vectors of rows [r0, r0+nr) (all sharing one block table) for kv head kvh.

@@ -200,13 +200,7 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     for (qi = 0; qi + 2 <= nq; qi += 2) pv<2, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
     if (qi < nq) pv<1, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
   }
-  if (span.partial) return store_partial(span, o, mx, sum, nq, hd);
-  for (int qi = 0; qi < nq; ++qi) {
-    float* dst = out + (qi / group) * ldo + int64_t(kvh * group + qi % group) * hd;
-    const __m256 inv = _mm256_set1_ps(sum[qi] > 0.f ? 1.f / sum[qi] : 0.f);
-    for (int d = 0; d < hd; d += 8)
-      _mm256_storeu_ps(dst + d, _mm256_mul_ps(_mm256_loadu_ps(o + qi * hd + d), inv));
-  }
+  finish_tile(span, o, mx, sum, nq, group, kvh, hd, out, ldo);
 }
 
 }  // namespace

@@ -239,13 +239,7 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
     for (; qi + 2 <= nq; qi += 2) pv<2>(vb, pb + qi * 8, alpha + qi, keys, hd, o + qi * hd);
     if (qi < nq) pv<1>(vb, pb + qi * 8, alpha + qi, keys, hd, o + qi * hd);
   }
-  if (span.partial) return store_partial(span, o, mx, sum, nq, hd);
-  for (int qi = 0; qi < nq; ++qi) {
-    float* dst = out + (qi / group) * ldo + int64_t(kvh * group + qi % group) * hd;
-    const __m512 inv = _mm512_set1_ps(sum[qi] > 0.f ? 1.f / sum[qi] : 0.f);
-    for (int d = 0; d < hd; d += 16)
-      _mm512_storeu_ps(dst + d, _mm512_mul_ps(_mm512_loadu_ps(o + qi * hd + d), inv));
-  }
+  finish_tile(span, o, mx, sum, nq, group, kvh, hd, out, ldo);
 }
 
 }  // namespace dspark::detail

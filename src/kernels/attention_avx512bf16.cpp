@@ -68,8 +68,8 @@ inline void scores(const uint16_t* kt, const uint32_t* qp, int hd2, float* s,
   DSPARK_UNROLL_ATT
   for (int g = 0; g < G; ++g) acc[0][g] = acc[1][g] = _mm512_setzero_ps();
   for (int t = 0; t < hd2; t += 2) {
-    if constexpr (kPrefetch) {  // the next block's K and V, two 64-byte lines each per step (hd2 /
-                                // 2 steps)
+    // The next block's K and V, two 64-byte lines of each per step (hd2 / 2 steps).
+    if constexpr (kPrefetch) {
       _mm_prefetch(reinterpret_cast<const char*>(next_k + 32 * t), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(next_k + 32 * t + 32), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(next_v + 32 * t), _MM_HINT_T0);

@@ -65,11 +65,11 @@ void attention(const PagedKvLayer& kv, const AttentionRows& rows, const float* q
                int n_heads, float scale, float* out, int64_t ldo);
 
 // The tile kernel attention() runs on a cache of `dtype` for head dimensions that are multiples
-// of 32: "avx512" where the CPU has AVX512F and AVX512BW and the matrix backend is not forced to
-// avx2 or reference (DSPARK_GEMM), else "avx2" where it has AVX2 and FMA, else "reference". On a
-// bf16 cache, "avx512bf16" where the CPU also has AVX512_BF16: queries and probabilities are then
-// rounded to bf16 and both products run in vdpbf16ps (attention_avx512bf16.cpp); the other tiles
-// multiply in f32.
+// of 32 (of 16 for "avx512"): "avx512" where the CPU has AVX512F and AVX512BW and the matrix
+// backend is not forced to avx2 or reference (DSPARK_GEMM), else "avx2" where it has AVX2 and FMA,
+// else "reference". On a bf16 cache, "avx512bf16" in place of "avx512" where the CPU also has
+// AVX512_BF16: queries and probabilities are then rounded to bf16 and both products run in
+// vdpbf16ps (attention_avx512bf16.cpp); the other tiles multiply in f32.
 const char* attention_kernel_name(DType dtype = DType::F32);
 
 namespace detail {

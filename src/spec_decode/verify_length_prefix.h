@@ -68,7 +68,7 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // cost within kProbeBudget of the throughput of the plain steps seen so far (at most
   // kProbeLongest): under load a probe can cost several plain steps. A probe that gains at least
   // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
-  // resumes drafting, which the measured judge then weighs on the rounds from that probe on. A
+  // resumes drafting, which the measured judge then weighs on the rounds from that probe on.
   // Once a load's rates are measured, its rounds either take Algorithm 1's lengths or verify
   // every draft, whichever measures faster (by 2%), the other tried one round in kExploreEvery
   // (kExploreFirst until it has kMeasuredMin rounds, kExploreRarely while far behind): where a

@@ -48,6 +48,7 @@ int regenerate_cmd(int argc, char** argv) {
       .flag("max-tokens", "response tokens at most per turn", true, "384")
       .flag("batch", "prompts generated at once (continuous batching)", true, "16")
       .flag("no-progress", "no progress bar on stderr", false);
+  add_response_format_flag(args);
   // The recipe's sampling (Qwen3's recommended settings); prompt p samples from stream (seed, p's id).
   SamplingParams recipe;
   recipe.temperature = 0.7f;
@@ -61,7 +62,8 @@ int regenerate_cmd(int argc, char** argv) {
                   "\"prompt_tokens\", \"finish_reason\"}.\n"
                   "Records come in prompt order; rerunning resumes where an interrupted run stopped.\n"
                   "Output is independent of --batch with --dtype f32 (and with bf16 for --batch <= 16\n"
-                  "on the AVX2 kernels)."))
+                  "on the AVX2 kernels). --response-format constrains every answer as the API does, for\n"
+                  "a drafter that serves structured output."))
     return 0;
   const LoadOptions load = apply_runtime_flags(args);
   const DType dtype = load.dtype;
@@ -109,6 +111,8 @@ int regenerate_cmd(int argc, char** argv) {
                   {"top_k", opt.sampling.top_k},
                   {"min_p", args.number("min-p", 0, 1)},
                   {"seed", opt.sampling.seed}};
+  response_format_from_flags(args, *tok, datagen::regen_stop_tokens(*tok, model->config()), opt.logits);
+  if (args.on("response-format")) opt.settings["response_format"] = nlohmann::json::parse(args.str("response-format"));
   const datagen::RegenStats st = datagen::regenerate(*model, *tok, prompts, out, opt);
   const double tok_s = st.seconds > 0 ? double(st.response_tokens) / st.seconds : 0;
   std::printf("regenerate: %lld prompts in range, %lld already done, %lld generated; %lld response tokens in %.2f s "

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <unordered_set>
 
 #include "core/error.h"
@@ -115,6 +116,7 @@ struct Live {
   int32_t last = -1;  // the newest sampled token, not yet in the KV cache
   bool done = false;
   std::string finish;
+  std::optional<LogitsProcessor> proc;  // this turn's (RegenOptions::logits); empty: none
 };
 
 // regenerate's steps, in the order it runs them.
@@ -127,6 +129,7 @@ void check_regen_options(const Model& model, const Tokenizer& tok, const RegenOp
   const ModelConfig& cfg = model.config();
   if (tok.vocab_size() > cfg.vocab_size)
     fail("the tokenizer has ", tok.vocab_size(), " tokens but the model's vocabulary is ", cfg.vocab_size);
+  opt.logits.validate(cfg.vocab_size);
 }
 
 // What the output already holds (the ids of its records); a partial last line (a crash
@@ -230,6 +233,23 @@ struct RegenLoop {
     }
   }
 
+  std::vector<float> row;  // a processed copy of a logits row (RegenOptions::logits)
+
+  // A new assistant turn: the processor starts from an empty output (the repetition penalty sees
+  // the conversation so far as its prompt).
+  void start_turn(Live& a) {
+    if (opt.logits.any()) a.proc.emplace(opt.logits, std::span<const int32_t>(a.tokens), vocab);
+  }
+  int32_t sample(Live& a, const float* logits) {
+    if (opt.on_logits) opt.on_logits(work[a.work].prompt->id, logits, vocab);
+    if (!a.proc) return sampler.sample(logits, vocab, opt.sampling, a.rng);
+    row.assign(logits, logits + vocab);
+    a.proc->apply(row.data());
+    const int32_t t = sampler.sample(row.data(), vocab, opt.sampling, a.rng);
+    a.proc->push(t);
+    return t;
+  }
+
   bool is_stop(int32_t t) const { return std::find(stops.begin(), stops.end(), t) != stops.end(); }
 
   // Takes a sampled token; may prefill the next user turn (a forward pass) and sample again.
@@ -264,8 +284,8 @@ struct RegenLoop {
         a.mask.insert(a.mask.end(), next.size(), 0);
         const float* logits = prefill(fwd, a.seq, feed, opt.prefill_chunk);
         ++st.forwards;
-        if (opt.on_logits) opt.on_logits(w.prompt->id, logits, vocab);
-        token = sampler.sample(logits, vocab, opt.sampling, a.rng);
+        start_turn(a);
+        token = sample(a, logits);
         continue;
       }
       if (a.turn_generated >= a.turn_budget) {  // --max-tokens, or the maximum model length
@@ -307,8 +327,8 @@ struct RegenLoop {
         a.turn_budget = generation_budget(int64_t(a.tokens.size()), opt.max_tokens, max_model_len);
         const float* logits = prefill(fwd, a.seq, a.tokens, opt.prefill_chunk);
         ++st.forwards;
-        if (opt.on_logits) opt.on_logits(w.prompt->id, logits, vocab);
-        accept(a, sampler.sample(logits, vocab, opt.sampling, a.rng));
+        start_turn(a);
+        accept(a, sample(a, logits));
         if (a.done) retire(a);
         else occupied[s] = true;
       }
@@ -332,9 +352,7 @@ struct RegenLoop {
     ++st.forwards;
     sampled.clear();
     for (size_t r = 0; r < row_slot.size(); ++r) {
-      Live& a = slots[row_slot[r]];
-      if (opt.on_logits) opt.on_logits(work[a.work].prompt->id, o.logits_row(int(r)), vocab);
-      sampled.push_back(sampler.sample(o.logits_row(int(r)), vocab, opt.sampling, a.rng));
+      sampled.push_back(sample(slots[row_slot[r]], o.logits_row(int(r))));
     }
     // `o` is invalid from here on: accept() may run prefills.
     for (size_t r = 0; r < row_slot.size(); ++r) {

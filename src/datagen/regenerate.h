@@ -21,6 +21,7 @@
 
 #include "datagen/prompts.h"
 #include "model/model.h"
+#include "sample/logits_processor.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,6 +29,10 @@ namespace dspark::datagen {
 
 struct RegenOptions {
   SamplingParams sampling{0.7f, 20, 0.8f, 0.f, 0};  // DeepSpec's Qwen3 settings; seed = sampling.seed
+  // The request processing every response samples under (logits_processor.h): a response_format
+  // grammar, so that a drafter can be trained on the target's constrained answers; each assistant
+  // turn starts the grammar afresh. Default: none.
+  LogitsParams logits;
   int max_tokens = 384;   // per assistant turn
   int batch = 16;         // live sequences at most
   int64_t limit = -1;     // prompts in total (the first `limit` of the source); -1: all

@@ -11,6 +11,7 @@
 #include "datagen/regen_file.h"
 #include "datagen/regenerate.h"
 #include "fixtures.h"
+#include "sample/json_constraint.h"
 
 namespace dspark::testing {
 namespace {
@@ -243,6 +244,40 @@ TEST(DatagenRegen, ResumeAfterCrashReproducesTheFile) {
   EXPECT_EQ(st.already_done, 6);
   EXPECT_EQ(st.generated, 4);
   EXPECT_EQ(slurp(lim), want);
+}
+
+// --response-format: every response is a prefix of one JSON object, token by token under a
+// matcher of its own; the ones that stopped parse as an object; the same prompts and seed without
+// the grammar answer otherwise (so the constraint did something).
+TEST(DatagenRegen, ResponseFormatConstrainsEveryAnswer) {
+  TempDir d;
+  auto tok = chat_tokenizer(d);
+  auto model = tiny_model();
+  const auto prompts = some_prompts(12);
+  RegenOptions o = quiet_options(4, 24);
+  o.logits.grammar = JsonGrammar::any_object();
+  o.logits.grammar_vocab = TokenVocab::build(*tok, datagen::regen_stop_tokens(*tok, model->config()));
+  datagen::regenerate(*model, *tok, prompts, d.path() + "/json.jsonl", o);
+  datagen::regenerate(*model, *tok, prompts, d.path() + "/plain.jsonl", quiet_options(4, 24));
+  const auto recs = records_of(d.path() + "/json.jsonl"), plain = records_of(d.path() + "/plain.jsonl");
+  ASSERT_EQ(recs.size(), 12u);
+  int stopped = 0, differ = 0;
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const RegenRecord& r = recs[i];
+    differ += r.input_ids != plain[i].input_ids;
+    JsonMatcher m(o.logits.grammar, o.logits.grammar_vocab);
+    std::string text;
+    for (size_t t = size_t(r.prompt_tokens); t < r.input_ids.size(); ++t) {
+      EXPECT_TRUE(m.push(r.input_ids[t])) << "record " << i << ": token " << t << " leaves the grammar";
+      if (r.input_ids[t] != kImEnd && r.input_ids[t] != kEndOfText) text += tok->token_bytes(r.input_ids[t]);
+    }
+    if (r.finish_reason != "stop") continue;
+    ++stopped;
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    EXPECT_TRUE(j.is_object()) << "record " << i << " stopped on a text that is not one JSON object: " << text;
+  }
+  EXPECT_GT(stopped, 0) << "no response completed its object; the test checks nothing whole";
+  EXPECT_GT(differ, 0) << "the grammar changed no answer";
 }
 
 TEST(DatagenRegen, ResumeWithOtherSettingsIsRefused) {

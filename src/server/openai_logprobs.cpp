@@ -27,9 +27,21 @@ std::string raw_bytes(const Tokenizer& tok, int32_t id) {
 }
 
 json bytes_json(const std::string& b) {
-  json a = json::array();
-  for (unsigned char c : b) a.push_back(int(c));
-  return a;
+  json::array_t a;
+  a.reserve(b.size());
+  for (unsigned char c : b) a.emplace_back(int(c));
+  return json(std::move(a));
+}
+
+// One chat entry {token, logprob, bytes[, top_logprobs]}, its nodes built in place (no
+// initializer-list copies): a response with top_logprobs 5 holds six of these per token.
+json chat_entry(const Tokenizer& tok, int32_t id, float lp) {
+  json::object_t o;
+  o.reserve(4);
+  o.emplace_back("token", token_string(tok, id));
+  o.emplace_back("logprob", shown(lp));
+  o.emplace_back("bytes", bytes_json(raw_bytes(tok, id)));
+  return json(std::move(o));
 }
 
 size_t code_points(const std::string& s) {
@@ -51,21 +63,19 @@ std::string token_string(const Tokenizer& tok, int32_t id) {
 
 json chat_logprobs(const Logprobs& lp, int top_n, const Tokenizer& tok) {
   top_n = std::min(top_n, lp.top_n);
-  json content = json::array();
+  json::array_t content;
+  content.reserve(lp.size());
   for (size_t i = 0; i < lp.size(); ++i) {
-    json top = json::array();
-    for (int k = 0; k < top_n; ++k) {
-      const int32_t id = lp.top_tokens(i)[k];
-      top.push_back({{"token", token_string(tok, id)},
-                     {"logprob", shown(lp.top_logprobs(i)[k])},
-                     {"bytes", bytes_json(raw_bytes(tok, id))}});
-    }
-    content.push_back({{"token", token_string(tok, lp.token[i])},
-                       {"logprob", shown(lp.logprob[i])},
-                       {"bytes", bytes_json(raw_bytes(tok, lp.token[i]))},
-                       {"top_logprobs", std::move(top)}});
+    json::array_t top;
+    top.reserve(size_t(top_n));
+    for (int k = 0; k < top_n; ++k) top.push_back(chat_entry(tok, lp.top_tokens(i)[k], lp.top_logprobs(i)[k]));
+    json e = chat_entry(tok, lp.token[i], lp.logprob[i]);
+    e.get_ref<json::object_t&>().emplace_back("top_logprobs", json(std::move(top)));
+    content.push_back(std::move(e));
   }
-  return {{"content", std::move(content)}};
+  json out = json::object();
+  out.get_ref<json::object_t&>().emplace_back("content", json(std::move(content)));
+  return out;
 }
 
 void CompletionLogprobs::entry(int32_t token, const float* logprob, const int32_t* top_ids,

@@ -28,7 +28,14 @@ bool consume_sse_data(const std::string& data, bool chat, double now_s, double& 
     return false;
   }
   if (!out.error.empty()) return true;  // already failed: read on, record nothing
-  auto j = nlohmann::json::parse(data, nullptr, false);
+  // Logprobs are not read here: the parser skips their values rather than building them (a
+  // response with top_logprobs 5 is mostly logprobs, and this client shares the server's cores).
+  static const nlohmann::json::parser_callback_t skip_logprobs =
+      [](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        return !(event == nlohmann::json::parse_event_t::key && parsed.is_string() &&
+                 parsed.get_ref<const std::string&>() == "logprobs");
+      };
+  auto j = nlohmann::json::parse(data, skip_logprobs, false);
   if (j.is_discarded() || !j.is_object()) {
     out.error = "malformed SSE data: " + data.substr(0, 200);
     return true;

@@ -108,6 +108,19 @@ TEST(StreamTiming, TtftAtFirstTextItlBetweenTextChunksUsageCounts) {
   done = false;
   consume_sse_data(R"({"choices":[{"text":"x"}]})", false, 0.2, last, c, done);
   EXPECT_EQ(c.text, "x");
+  // Logprobs (skipped by the parser) around the fields it reads, in both shapes.
+  consume_sse_data(R"({"choices":[{"index":0,"logprobs":{"tokens":["y"],"top_logprobs":[{"y":-0.5}]},"text":"y",)"
+                   R"("finish_reason":"length"}]})", false, 0.3, last, c, done);
+  EXPECT_EQ(c.text, "xy");
+  EXPECT_EQ(c.finish_reason, "length");
+  StreamOutcome lp;
+  consume_sse_data(R"({"choices":[{"delta":{"content":"ab"},"logprobs":{"content":[{"token":"ab","logprob":-1.0,)"
+                   R"("bytes":[97,98],"top_logprobs":[]}]},"finish_reason":null}]})", true, 0.3, last, lp, done);
+  consume_sse_data(R"({"choices":[{"delta":{"content":"c"},"logprobs":null,"finish_reason":"stop"}]})", true, 0.4,
+                   last, lp, done);
+  EXPECT_TRUE(lp.error.empty()) << lp.error;
+  EXPECT_EQ(lp.text, "abc");
+  EXPECT_EQ(lp.finish_reason, "stop");
   StreamOutcome e;
   consume_sse_data(R"({"error":{"message":"boom","type":"x"}})", true, 0.2, last, e, done);
   EXPECT_NE(e.error.find("boom"), std::string::npos);

@@ -111,8 +111,9 @@ int regenerate_cmd(int argc, char** argv) {
                   {"top_k", opt.sampling.top_k},
                   {"min_p", args.number("min-p", 0, 1)},
                   {"seed", opt.sampling.seed}};
-  response_format_from_flags(args, *tok, datagen::regen_stop_tokens(*tok, model->config()), opt.logits);
-  if (args.on("response-format")) opt.settings["response_format"] = nlohmann::json::parse(args.str("response-format"));
+  const nlohmann::json rf =
+      response_format_from_flags(args, *tok, datagen::regen_stop_tokens(*tok, model->config()), opt.logits);
+  if (!rf.is_null()) opt.settings["response_format"] = rf;
   const datagen::RegenStats st = datagen::regenerate(*model, *tok, prompts, out, opt);
   const double tok_s = st.seconds > 0 ? double(st.response_tokens) / st.seconds : 0;
   std::printf("regenerate: %lld prompts in range, %lld already done, %lld generated; %lld response tokens in %.2f s "

@@ -115,9 +115,10 @@ void add_response_format_flag(Args& args) {
             "'{\"type\": \"json_schema\", \"json_schema\": {\"schema\": {...}}}'");
 }
 
-void response_format_from_flags(const Args& args, const Tokenizer& tok, std::vector<int32_t> eos, LogitsParams& lp) {
+nlohmann::json response_format_from_flags(const Args& args, const Tokenizer& tok, std::vector<int32_t> eos,
+                                          LogitsParams& lp) {
   const auto rf = args.opt("response-format");
-  if (!rf) return;
+  if (!rf) return nullptr;
   const nlohmann::json j = nlohmann::json::parse(*rf, nullptr, false);
   if (j.is_discarded()) fail("flag --response-format: not valid JSON: ", *rf);
   try {
@@ -126,6 +127,7 @@ void response_format_from_flags(const Args& args, const Tokenizer& tok, std::vec
     fail("flag --response-format: ", e.what());
   }
   if (lp.grammar) lp.grammar_vocab = TokenVocab::build(tok, std::move(eos));
+  return j;
 }
 
 void add_length_flags(Args& args, const std::string& default_max_tokens) {

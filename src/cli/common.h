@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <nlohmann/json.hpp>
 
 #include "core/flags.h"
 #include "model/model.h"
@@ -38,8 +39,9 @@ LogitsParams penalties_from_flags(const Args& args);
 // Declares --response-format JSON (OpenAI's object: {"type": "json_object"} or a json_schema).
 void add_response_format_flag(Args& args);
 // Sets lp's grammar from it over tok's bytes, with `eos` ending a complete text (nothing without
-// the flag); errors name the flag.
-void response_format_from_flags(const Args& args, const Tokenizer& tok, std::vector<int32_t> eos, LogitsParams& lp);
+// the flag); errors name the flag. Returns the flag's object (null without the flag).
+nlohmann::json response_format_from_flags(const Args& args, const Tokenizer& tok, std::vector<int32_t> eos,
+                                          LogitsParams& lp);
 
 // Declares --max-model-len (prompt + output tokens at most; 0: the config's
 // max_position_embeddings) and --max-tokens with `default_max_tokens`.

@@ -76,11 +76,16 @@ void check_settings(const std::string& out_path, bool output_has_data, const nlo
     } catch (const nlohmann::json::exception& e) {
       fail(meta_path, ": not valid JSON (", e.what(), ")");
     }
+    // Both ways: a setting this run lacks (a --response-format the first run had) counts too.
     for (const auto& [key, value] : settings.items()) {
       if (!old.contains(key) || old[key] != value)
         fail(out_path, " was made with ", key, " = ", old.contains(key) ? old[key].dump() : std::string("(unset)"),
              " (", meta_path, "), this run has ", value.dump(), "; resume with the same settings or use another --out");
     }
+    for (const auto& [key, value] : old.items())
+      if (!settings.contains(key))
+        fail(out_path, " was made with ", key, " = ", value.dump(), " (", meta_path,
+             "), this run has it unset; resume with the same settings or use another --out");
     return;
   }
   if (output_has_data) log("warning: " + out_path + " has no " + meta_path + "; resuming without checking settings");
@@ -223,6 +228,7 @@ struct RegenLoop {
   ForwardRequest req;
   std::vector<size_t> row_slot;
   std::vector<int32_t> sampled;
+  std::vector<float> row;  // a processed copy of a logits row (RegenOptions::logits)
 
   void flush_ready() {
     for (auto it = pending.begin(); it != pending.end() && it->first == next_write; it = pending.erase(it)) {
@@ -232,8 +238,6 @@ struct RegenLoop {
       ++next_write;
     }
   }
-
-  std::vector<float> row;  // a processed copy of a logits row (RegenOptions::logits)
 
   // A new assistant turn: the processor starts from an empty output (the repetition penalty sees
   // the conversation so far as its prompt).

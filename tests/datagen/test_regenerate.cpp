@@ -299,6 +299,18 @@ TEST(DatagenRegen, ResumeWithOtherSettingsIsRefused) {
     EXPECT_NE(std::string(e.what()).find("seed"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(out), std::string::npos) << e.what();
   }
+  // A setting the first run had and this one lacks (a response_format) is refused as well.
+  o.settings = {{"seed", 3}, {"temperature", 0.7}, {"response_format", {{"type", "json_object"}}}};
+  o.sampling.seed = 3;
+  const std::string out2 = d.path() + "/r2.jsonl";
+  datagen::regenerate(*model, *tok, prompts, out2, o);
+  o.settings.erase("response_format");
+  try {
+    datagen::regenerate(*model, *tok, prompts, out2, o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("response_format"), std::string::npos) << e.what();
+  }
 }
 
 TEST(DatagenRegen, MultiTurnPromptsContinueAfterTheEndOfTurn) {

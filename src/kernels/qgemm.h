@@ -117,16 +117,18 @@ void qpanels_avx2(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p
 void qpanels_avx512vnni(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p0, int p1,
                         const QActBlock* xq, int m, float* y, int64_t ldy, bool accumulate);
 
-// The SIMD kernels' passes of 2 or more rows ask, at each tile, for the panel's bytes this far
-// ahead (about one Q4_K superblock of a panel): a pass busy multiplying 9 rows otherwise leaves
-// the DRAM stream idle, and took the DRAM time of one row plus its compute time rather than the
-// larger of the two (`gemm_bench BM_Q_*_GateUp8B/9`). A 1-row pass keeps up without it, and ran
-// 5-10% slower with it.
-constexpr int kQPrefetchBytes = 2048;
+// The SIMD kernels' passes of 2 or more rows ask, at each tile, for the tile this many tiles ahead
+// in the panel: a pass busy multiplying 9 rows otherwise leaves the DRAM stream idle, and took the
+// DRAM time of one row plus its compute time rather than the larger of the two (`gemm_bench
+// BM_Q_*_GateUp8B/9`). The distance is counted in tiles because a tile takes the same multiplies
+// in every type while its bytes differ (256 for Q4_0 and Q4_K, 512 for Q8_0): the bytes in flight
+// that hide DRAM's latency grow with the bytes a multiply consumes. A 1-row pass keeps up without
+// it, and ran 5-10% slower with it.
+constexpr int kQPrefetchTiles = 16;
 template <int TileBytes>
 inline void qgemm_prefetch_ahead(const uint8_t* tile) {
 #pragma GCC unroll 16
-  for (int off = 0; off < TileBytes; off += 64) __builtin_prefetch(tile + kQPrefetchBytes + off, 0, 3);
+  for (int off = 0; off < TileBytes; off += 64) __builtin_prefetch(tile + kQPrefetchTiles * TileBytes + off, 0, 3);
 }
 }  // namespace detail
 

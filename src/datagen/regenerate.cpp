@@ -76,16 +76,19 @@ void check_settings(const std::string& out_path, bool output_has_data, const nlo
     } catch (const nlohmann::json::exception& e) {
       fail(meta_path, ": not valid JSON (", e.what(), ")");
     }
-    // Both ways: a setting this run lacks (a --response-format the first run had) counts too.
-    for (const auto& [key, value] : settings.items()) {
-      if (!old.contains(key) || old[key] != value)
-        fail(out_path, " was made with ", key, " = ", old.contains(key) ? old[key].dump() : std::string("(unset)"),
-             " (", meta_path, "), this run has ", value.dump(), "; resume with the same settings or use another --out");
+    // Every key of either run, so a setting this run lacks (a --response-format the first run had)
+    // counts too.
+    const auto shown = [](const nlohmann::json& j, const std::string& key) {
+      return j.contains(key) ? j[key].dump() : std::string("(unset)");
+    };
+    nlohmann::json keys = old;
+    keys.update(settings);
+    for (const auto& item : keys.items()) {
+      const std::string& key = item.key();
+      if (old.contains(key) != settings.contains(key) || (old.contains(key) && old[key] != settings[key]))
+        fail(out_path, " was made with ", key, " = ", shown(old, key), " (", meta_path, "), this run has ",
+             shown(settings, key), "; resume with the same settings or use another --out");
     }
-    for (const auto& [key, value] : old.items())
-      if (!settings.contains(key))
-        fail(out_path, " was made with ", key, " = ", value.dump(), " (", meta_path,
-             "), this run has it unset; resume with the same settings or use another --out");
     return;
   }
   if (output_has_data) log("warning: " + out_path + " has no " + meta_path + "; resuming without checking settings");

@@ -117,9 +117,10 @@ void qpanels_avx2(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p
 void qpanels_avx512vnni(GgmlType t, const uint8_t* panels, int64_t n, int64_t k, int p0, int p1,
                         const QActBlock* xq, int m, float* y, int64_t ldy, bool accumulate);
 
-// The SIMD kernels' passes of 2 or more rows ask, at each tile, for the tile this many tiles ahead
-// in the panel: a pass busy multiplying 9 rows otherwise leaves the DRAM stream idle, and took the
-// DRAM time of one row plus its compute time rather than the larger of the two (`gemm_bench
+// The SIMD kernels' passes of 2 or more rows ask, at each tile, for the panel's bytes this many
+// tiles' bytes ahead (the superblock headers between make that a little under as many tiles): a
+// pass busy multiplying 9 rows otherwise leaves the DRAM stream idle, and took the DRAM time of
+// one row plus its compute time rather than the larger of the two (`gemm_bench
 // BM_Q_*_GateUp8B/9`). The distance is counted in tiles because a tile takes the same multiplies
 // in every type while its bytes differ (256 for Q4_0 and Q4_K, 512 for Q8_0): the bytes in flight
 // that hide DRAM's latency grow with the bytes a multiply consumes. A 1-row pass keeps up without

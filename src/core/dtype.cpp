@@ -7,28 +7,6 @@
 
 namespace dspark {
 
-size_t dtype_size(DType t) {
-  switch (t) {
-    case DType::F64:
-    case DType::I64:
-      return 8;
-    case DType::F32:
-    case DType::I32:
-      return 4;
-    case DType::BF16:
-    case DType::F16:
-    case DType::I16:
-      return 2;
-    case DType::I8:
-    case DType::U8:
-    case DType::BOOL:
-    case DType::F8_E4M3:
-    case DType::F8_E5M2:
-      return 1;
-  }
-  return 0;
-}
-
 const char* dtype_name(DType t) {
   switch (t) {
     case DType::F32: return "F32";

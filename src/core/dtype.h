@@ -13,7 +13,27 @@ namespace dspark {
 // cache element types only (--kv-cache-dtype fp8_e4m3 / fp8_e5m2); checkpoints in them are refused.
 enum class DType : uint8_t { F32, BF16, F16, F64, I64, I32, I16, I8, U8, BOOL, F8_E4M3, F8_E5M2 };
 
-size_t dtype_size(DType t);
+constexpr size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F64:
+    case DType::I64:
+      return 8;
+    case DType::F32:
+    case DType::I32:
+      return 4;
+    case DType::BF16:
+    case DType::F16:
+    case DType::I16:
+      return 2;
+    case DType::I8:
+    case DType::U8:
+    case DType::BOOL:
+    case DType::F8_E4M3:
+    case DType::F8_E5M2:
+      return 1;
+  }
+  return 0;
+}
 const char* dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...
 std::optional<DType> dtype_from_name(std::string_view name);
 // Parses the user-facing names "f32" / "bf16" (also "float32", "bfloat16").

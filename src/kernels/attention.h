@@ -87,6 +87,22 @@ struct TileKeys {
 // [nq][hd], then mx [nq], sum [nq]), else each query vector's output o / sum written to out.
 void finish_tile(const TileKeys& span, const float* o, const float* mx, const float* sum, int nq, int group, int kvh,
                  int hd, float* out, int64_t ldo);
+// The next block's K and V, asked for while the tile scores this one. At long context each block
+// is a new page of the cache, which the hardware prefetcher does not enter, and a tile would wait
+// on the first loads of every block (`perf record` on `attention_bench BM_Attention/32768/1/1`).
+// The first scores loop over a block's K (one group of query vectors) calls this at each of its
+// iterations i, kStep bytes of K apart, and it asks for the lines of K and V that start in
+// [i * kStep, (i + 1) * kStep): one block's worth spread over that loop. next_k: nullptr on a
+// tile's last block, where it asks for nothing.
+template <int kStep>
+inline void prefetch_next_block(const void* next_k, const void* next_v, int i) {
+  if (!next_k) return;
+  const int64_t from = int64_t(i) * kStep;
+  for (int64_t x = (from + 63) / 64 * 64; x < from + kStep; x += 64) {
+    __builtin_prefetch(static_cast<const char*>(next_k) + x);
+    __builtin_prefetch(static_cast<const char*>(next_v) + x);
+  }
+}
 void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,
                          int n_heads, float scale, float* out, int64_t ldo);
 // Attends query vectors of rows [r0, r0+nr) (all sharing one block table) for kv head kvh.

@@ -14,7 +14,8 @@
 // threads, so a row's result does not depend on its tile (batch invariance).
 //
 // At long context a 1-row decode streams the cache from DRAM, and the order of reads sets its
-// rate (`attention_bench BM_Attention/32768/1`): each block's K front to back, then its V at once,
+// rate (`attention_bench BM_Attention/32768/1/1`): each block's K front to back, then its V at
+// once, with the next block's K and V asked for while this one is scored (prefetch_next_block),
 // reads at about a plain read's rate. Scoring 4 blocks before their P·V, or K's two halves side by
 // side, read 20-90% slower.
 //
@@ -60,21 +61,15 @@ inline __m512i pair_index(const PairIndex& x) {
 // as two chains, over the even and the odd pairs of head dimensions, each in order, then added:
 // the same order whatever G is, and enough independent chains in flight for a 1-row decode (G = 2)
 // to cover the instruction's latency, while K is still read front to back.
-template <int G, bool kPrefetch = false>
-inline void scores(const uint16_t* kt, const uint32_t* qp, int hd2, float* s,
-                   const uint16_t* next_k = nullptr, const uint16_t* next_v = nullptr) {
+template <int G>
+inline void scores(const uint16_t* kt, const uint32_t* qp, int hd2, float* s, const void* next_k,
+                   const void* next_v) {
   const __m512i perm = pair_index(kKeyPairs);
   __m512 acc[2][G];
   DSPARK_UNROLL_ATT
   for (int g = 0; g < G; ++g) acc[0][g] = acc[1][g] = _mm512_setzero_ps();
   for (int t = 0; t < hd2; t += 2) {
-    // The next block's K and V, two 64-byte lines of each per step (hd2 / 2 steps).
-    if constexpr (kPrefetch) {
-      _mm_prefetch(reinterpret_cast<const char*>(next_k + 32 * t), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(next_k + 32 * t + 32), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(next_v + 32 * t), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(next_v + 32 * t + 32), _MM_HINT_T0);
-    }
+    prefetch_next_block<128>(next_k, next_v, t / 2);  // a block over hd2 / 2 steps
     __m512bh k[2];
     DSPARK_UNROLL_ATT
     for (int p = 0; p < 2; ++p)
@@ -175,12 +170,6 @@ void softmax_block(float* s, int nq, int group, const int32_t* visible, const in
   }
 }
 
-// Tiles of at least this many query vectors (a verification) ask for the next block's K and V
-// while they score this one: at long context each block is a new page of the cache, which the
-// hardware prefetcher does not reach, and a 9-row tile otherwise waits on its first loads of
-// every block (`perf record` on `attention_bench BM_Attention/32768/9/1`).
-constexpr int kPrefetchRows = 8;
-
 }  // namespace
 
 void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible,
@@ -220,16 +209,23 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
   for (int b0 = span.k0; b0 < end; b0 += kKvBlock) {
     const int32_t phys = table[b0 / kKvBlock];
     const uint16_t* kt = k + kv.block_offset(kvh, phys);
-    int qi = 0;
-    if (nq >= kPrefetchRows && b0 + kKvBlock < end) {
+    // The first group of query vectors asks for the next block's K and V (prefetch_next_block).
+    const void* nk = nullptr;
+    const void* nv = nullptr;
+    if (b0 + kKvBlock < end) {
       const int64_t next = kv.block_offset(kvh, table[b0 / kKvBlock + 1]);
-      scores<8, true>(kt, qp, hd2, s, k + next, v + next);
-      qi = 8;
+      nk = k + next;
+      nv = v + next;
     }
-    for (; qi + 8 <= nq; qi += 8) scores<8>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock);
-    for (; qi + 4 <= nq; qi += 4) scores<4>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock);
-    for (; qi + 2 <= nq; qi += 2) scores<2>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock);
-    for (; qi < nq; ++qi) scores<1>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock);
+    int qi = 0;
+    for (; qi + 8 <= nq; qi += 8, nk = nv = nullptr)
+      scores<8>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
+    for (; qi + 4 <= nq; qi += 4, nk = nv = nullptr)
+      scores<4>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
+    for (; qi + 2 <= nq; qi += 2, nk = nv = nullptr)
+      scores<2>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
+    for (; qi < nq; ++qi, nk = nv = nullptr)
+      scores<1>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
     softmax_block(s, nq, group, visible, span.start, b0, mx, sum, alpha, pb, new_max, seen);
     const uint16_t* vb = v + kv.block_offset(kvh, phys);
     const int keys = std::min(kKvBlock, max_vis - b0);

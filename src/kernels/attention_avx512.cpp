@@ -104,13 +104,16 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
   const int hd = kv.head_dim;
   const int nq = nr * group;  // query vectors: index qi = r * group + g
   thread_local Buffer<float> scratch;
-  scratch.resize(size_t(nq) * (2 * hd + kKvBlock + 3) + 64);
+  scratch.resize(size_t(nq) * (2 * hd + 2 * kKvBlock + 3) + 64);
   float* qs = scratch.data();     // [nq][hd] scaled queries
   float* o = qs + nq * hd;        // [nq][hd] unnormalised outputs
   float* s = o + nq * hd;         // [nq][kKvBlock] scores of the current block
   float* mx = s + nq * kKvBlock;  // [nq] running max
-  float* sum = mx + nq;           // [nq] running denominator
+  float* sum = mx + nq;           // [nq] denominator, from lanes at the end
   float* alpha_buf = sum + nq;    // [nq] rescale factor of the current block
+  // [nq][16] each vector's denominator as 16 lane sums (one per position of a block), rescaled and
+  // added to by one FMA a block, and added up once at the end.
+  float* lanes = alpha_buf + nq;
   int max_vis = 0;
   for (int r = 0; r < nr; ++r) max_vis = std::max(max_vis, visible[r]);
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -121,7 +124,7 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
       _mm512_storeu_ps(o + qi * hd + d, _mm512_setzero_ps());
     }
     mx[qi] = -INFINITY;
-    sum[qi] = 0.f;
+    _mm512_storeu_ps(lanes + qi * kKvBlock, _mm512_setzero_ps());
   }
   constexpr bool kFp8 = kT == DType::F8_E4M3 || kT == DType::F8_E5M2;
   constexpr float kWiden = kT == DType::F8_E4M3 ? 256.f : 1.f;  // load16's e4m3 values are / 256
@@ -173,7 +176,8 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
       const float alpha = std::exp(mx[qi] - new_max);  // 0 on the first block (mx = -inf)
       const __m512 e = exp512(_mm512_sub_ps(sv, _mm512_set1_ps(new_max)));
       _mm512_storeu_ps(sr, kFp8 ? _mm512_mul_ps(e, vsv) : e);  // P·V weights carry V's scales
-      sum[qi] = sum[qi] * alpha + _mm512_reduce_add_ps(e);
+      float* ls = lanes + qi * kKvBlock;
+      _mm512_storeu_ps(ls, _mm512_fmadd_ps(_mm512_loadu_ps(ls), _mm512_set1_ps(alpha), e));
       mx[qi] = new_max;
       alpha_buf[qi] = alpha;
     }
@@ -183,6 +187,8 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     for (; qi + 2 <= nq; qi += 2) pv<2, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
     if (qi < nq) pv<1, kT>(vb, s + qi * kKvBlock, alpha_buf + qi, keys, hd, o + qi * hd);
   }
+  for (int qi = 0; qi < nq; ++qi)
+    sum[qi] = _mm512_reduce_add_ps(_mm512_loadu_ps(lanes + qi * kKvBlock));
   finish_tile(span, o, mx, sum, nq, group, kvh, hd, out, ldo);
 }
 

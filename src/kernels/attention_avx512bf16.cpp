@@ -132,9 +132,11 @@ inline void pv(const uint16_t* vb, const uint32_t* pb, const float* alpha, int k
 }
 
 // Masks block b0's scores s (nq x 16) to what each row sees and runs the online softmax step: the
-// bf16 probabilities go to pb (nq x 8 pairs), each vector's rescale factor to alpha.
+// bf16 probabilities go to pb (nq x 8 pairs), each vector's rescale factor to alpha. Each vector's
+// denominator runs as 16 lane sums (lanes: nq x 16, one per position of a block), rescaled and
+// added to by one FMA a block, and added up once at the end of the tile.
 void softmax_block(float* s, int nq, int group, const int32_t* visible, const int32_t* start,
-                   int b0, float* mx, float* sum, float* alpha, uint32_t* pb, float* new_max,
+                   int b0, float* mx, float* lanes, float* alpha, uint32_t* pb, float* new_max,
                    uint16_t* seen) {
   // The maxima, then every vector's rescale factor exp(old max - new max) 16 at a time (0 on the
   // first block, where the old max is -inf), then the probabilities.
@@ -165,7 +167,8 @@ void softmax_block(float* s, int nq, int group, const int32_t* visible, const in
         (__m256i)_mm512_cvtneps_pbh(exp512(_mm512_sub_ps(sv, _mm512_set1_ps(new_max[qi]))));
     _mm256_storeu_si256(dst, e);
     const __m512 rounded = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(e), 16));
-    sum[qi] = sum[qi] * alpha[qi] + _mm512_reduce_add_ps(rounded);
+    float* ls = lanes + qi * kKvBlock;
+    _mm512_storeu_ps(ls, _mm512_fmadd_ps(_mm512_loadu_ps(ls), _mm512_set1_ps(alpha[qi]), rounded));
     mx[qi] = new_max[qi];
   }
 }
@@ -178,16 +181,17 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
   const int hd = kv.head_dim, hd2 = hd / 2;
   const int nq = nr * group;  // query vectors: index qi = r * group + g
   thread_local Buffer<float> scratch;
-  scratch.resize(size_t(nq) * (hd + hd2 + kKvBlock + kKvBlock / 2 + 5) + 64);
+  scratch.resize(size_t(nq) * (hd + hd2 + 2 * kKvBlock + kKvBlock / 2 + 5) + 64);
   float* o = scratch.data();                               // [nq][hd] unnormalised outputs
   float* s = o + nq * hd;                                  // [nq][16] scores of the current block
   float* mx = s + nq * kKvBlock;                           // [nq] running max
-  float* sum = mx + nq;                                    // [nq] running denominator
+  float* sum = mx + nq;  // [nq] denominator, from lanes at the end
   float* alpha = sum + nq;                                 // [nq] this block's rescale factor
   uint32_t* qp = reinterpret_cast<uint32_t*>(alpha + nq);  // [nq][hd2] scaled queries, bf16 pairs
   uint32_t* pb = qp + nq * hd2;                            // [nq][8] probabilities, bf16 pairs
   float* new_max = reinterpret_cast<float*>(pb + nq * kKvBlock / 2);  // [nq] this block's maxima
-  uint16_t* seen = reinterpret_cast<uint16_t*>(new_max + nq);  // [nq] positions each row sees
+  float* lanes = new_max + nq;  // [nq][16] denominators by lane
+  uint16_t* seen = reinterpret_cast<uint16_t*>(lanes + nq * kKvBlock);  // [nq] positions seen
   int max_vis = 0;
   for (int r = 0; r < nr; ++r) max_vis = std::max(max_vis, visible[r]);
   const __m512 vscale = _mm512_set1_ps(scale);
@@ -201,7 +205,7 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
       _mm512_storeu_ps(o + qi * hd + d + 16, _mm512_setzero_ps());
     }
     mx[qi] = -INFINITY;
-    sum[qi] = 0.f;
+    _mm512_storeu_ps(lanes + qi * kKvBlock, _mm512_setzero_ps());
   }
   const uint16_t* k = static_cast<const uint16_t*>(kv.k);
   const uint16_t* v = static_cast<const uint16_t*>(kv.v);
@@ -226,7 +230,7 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
       scores<2>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
     for (; qi < nq; ++qi, nk = nv = nullptr)
       scores<1>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
-    softmax_block(s, nq, group, visible, span.start, b0, mx, sum, alpha, pb, new_max, seen);
+    softmax_block(s, nq, group, visible, span.start, b0, mx, lanes, alpha, pb, new_max, seen);
     const uint16_t* vb = v + kv.block_offset(kvh, phys);
     const int keys = std::min(kKvBlock, max_vis - b0);
     qi = 0;
@@ -235,6 +239,8 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
     for (; qi + 2 <= nq; qi += 2) pv<2>(vb, pb + qi * 8, alpha + qi, keys, hd, o + qi * hd);
     if (qi < nq) pv<1>(vb, pb + qi * 8, alpha + qi, keys, hd, o + qi * hd);
   }
+  for (int qi = 0; qi < nq; ++qi)
+    sum[qi] = _mm512_reduce_add_ps(_mm512_loadu_ps(lanes + qi * kKvBlock));
   finish_tile(span, o, mx, sum, nq, group, kvh, hd, out, ldo);
 }
 

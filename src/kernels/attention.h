@@ -87,20 +87,33 @@ struct TileKeys {
 // [nq][hd], then mx [nq], sum [nq]), else each query vector's output o / sum written to out.
 void finish_tile(const TileKeys& span, const float* o, const float* mx, const float* sum, int nq, int group, int kvh,
                  int hd, float* out, int64_t ldo);
+// The K and V of the block after block b0 of KV head kvh, for prefetch_next_block: none (nullptr)
+// where that block is not before `end`.
+struct NextBlock {
+  const void* k = nullptr;
+  const void* v = nullptr;
+};
+inline NextBlock next_block(const PagedKvLayer& kv, const int32_t* table, int kvh, int b0,
+                            int end) {
+  if (b0 + kKvBlock >= end) return {};
+  const int64_t off =
+      kv.block_offset(kvh, table[b0 / kKvBlock + 1]) * int64_t(dtype_size(kv.dtype));
+  return {static_cast<const char*>(kv.k) + off, static_cast<const char*>(kv.v) + off};
+}
 // The next block's K and V, asked for while the tile scores this one. At long context each block
 // is a new page of the cache, which the hardware prefetcher does not enter, and a tile would wait
 // on the first loads of every block (`perf record` on `attention_bench BM_Attention/32768/1/1`).
 // The first scores loop over a block's K (one group of query vectors) calls this at each of its
 // iterations i, kStep bytes of K apart, and it asks for the lines of K and V that start in
-// [i * kStep, (i + 1) * kStep): one block's worth spread over that loop. next_k: nullptr on a
-// tile's last block, where it asks for nothing.
+// [i * kStep, (i + 1) * kStep): one block's worth spread over that loop. The other groups pass no
+// block.
 template <int kStep>
-inline void prefetch_next_block(const void* next_k, const void* next_v, int i) {
-  if (!next_k) return;
+inline void prefetch_next_block(NextBlock next, int i) {
+  if (!next.k) return;
   const int64_t from = int64_t(i) * kStep;
   for (int64_t x = (from + 63) / 64 * 64; x < from + kStep; x += 64) {
-    __builtin_prefetch(static_cast<const char*>(next_k) + x);
-    __builtin_prefetch(static_cast<const char*>(next_v) + x);
+    __builtin_prefetch(static_cast<const char*>(next.k) + x);
+    __builtin_prefetch(static_cast<const char*>(next.v) + x);
   }
 }
 void attention_reference(const PagedKvLayer& kv, const AttentionRows& rows, const float* q, int64_t ldq,

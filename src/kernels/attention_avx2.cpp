@@ -54,8 +54,7 @@ inline __m256 load_v8(const void* vb, int64_t idx) {
 // halves), so a row's scores do not depend on which rows share its tile: with f32 weights and
 // cache, a token's logits are the same in a verification batch as in plain decoding.
 template <int G, DType kT>
-inline void scores(const void* kt, const float* q, int hd, float* s, const void* next_k,
-                   const void* next_v) {
+inline void scores(const void* kt, const float* q, int hd, float* s, NextBlock next) {
   constexpr int kSplit = 2;
   __m256 a[G][kSplit][2];
   DSPARK_UNROLL_ATT
@@ -64,7 +63,7 @@ inline void scores(const void* kt, const float* q, int hd, float* s, const void*
     for (int p = 0; p < kSplit; ++p) a[g][p][0] = a[g][p][1] = _mm256_setzero_ps();
   const int part = hd / kSplit;
   for (int d = 0; d < part; ++d) {
-    prefetch_next_block<32 * int(dtype_size(kT))>(next_k, next_v, d);  // a block over hd / 2 steps
+    prefetch_next_block<32 * int(dtype_size(kT))>(next, d);  // a block over hd / 2 steps
     DSPARK_UNROLL_ATT
     for (int p = 0; p < kSplit; ++p) {
       __m256 k0, k1;
@@ -162,20 +161,14 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     const void* kt = static_cast<const uint8_t*>(kv.k) + base * esz;
     const void* vb = static_cast<const uint8_t*>(kv.v) + base * esz;
     // The first group of query vectors asks for the next block's K and V (prefetch_next_block).
-    const void* nk = nullptr;
-    const void* nv = nullptr;
-    if (b0 + kKvBlock < end) {
-      const int64_t next = kv.block_offset(kvh, table[b0 / kKvBlock + 1]) * int64_t(esz);
-      nk = static_cast<const uint8_t*>(kv.k) + next;
-      nv = static_cast<const uint8_t*>(kv.v) + next;
-    }
+    NextBlock next = next_block(kv, table, kvh, b0, end);
     const int nkeys = std::min(kKvBlock, max_vis - b0);
     // Scores: groups of query vectors share each K load; eight independent accumulator chains
     // (query vectors x key halves x head-dimension splits) keep the FMA units busy.
     int qi = 0;
-    for (; qi + 2 <= nq; qi += 2, nk = nv = nullptr)
-      scores<2, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, nk, nv);
-    if (qi < nq) scores<1, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, nk, nv);
+    for (; qi + 2 <= nq; qi += 2, next = {})
+      scores<2, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, next);
+    if (qi < nq) scores<1, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, next);
     if constexpr (kFp8)
       for (qi = 0; qi < nq; ++qi) {
         float* sr = s + qi * kKvBlock;

@@ -44,15 +44,14 @@ inline __m512 load16(const void* base, int64_t idx) {
 // runs in the same order whatever G is (two head-dimension halves, each in order, then added),
 // so a row's scores do not depend on which rows share its tile.
 template <int G, DType kT>
-inline void scores(const void* kt, const float* q, int hd, float* s, const void* next_k,
-                   const void* next_v) {
+inline void scores(const void* kt, const float* q, int hd, float* s, NextBlock next) {
   constexpr int kSplit = 2;
   __m512 a[G][kSplit];
   DSPARK_UNROLL_ATT
   for (int g = 0; g < G; ++g) a[g][0] = a[g][1] = _mm512_setzero_ps();
   const int part = hd / kSplit;
   for (int d = 0; d < part; ++d) {
-    prefetch_next_block<32 * int(dtype_size(kT))>(next_k, next_v, d);  // a block over hd / 2 steps
+    prefetch_next_block<32 * int(dtype_size(kT))>(next, d);  // a block over hd / 2 steps
     DSPARK_UNROLL_ATT
     for (int p = 0; p < kSplit; ++p) {
       const __m512 k = load16<kT>(kt, int64_t(p * part + d) * kKvBlock);
@@ -142,21 +141,14 @@ void tile(const PagedKvLayer& kv, const int32_t* table, const int32_t* visible, 
     const void* kt = static_cast<const uint8_t*>(kv.k) + base * esz;
     const void* vb = static_cast<const uint8_t*>(kv.v) + base * esz;
     // The first group of query vectors asks for the next block's K and V (prefetch_next_block).
-    const void* nk = nullptr;
-    const void* nv = nullptr;
-    if (b0 + kKvBlock < end) {
-      const int64_t next = kv.block_offset(kvh, table[b0 / kKvBlock + 1]) * int64_t(esz);
-      nk = static_cast<const uint8_t*>(kv.k) + next;
-      nv = static_cast<const uint8_t*>(kv.v) + next;
-    }
+    NextBlock next = next_block(kv, table, kvh, b0, end);
     // Scores, up to eight query vectors per K load.
     int qi = 0;
-    for (; qi + 8 <= nq; qi += 8, nk = nv = nullptr)
-      scores<8, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, nk, nv);
-    for (; qi + 4 <= nq; qi += 4, nk = nv = nullptr)
-      scores<4, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, nk, nv);
-    for (; qi < nq; ++qi, nk = nv = nullptr)
-      scores<1, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, nk, nv);
+    for (; qi + 8 <= nq; qi += 8, next = {})
+      scores<8, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, next);
+    for (; qi + 4 <= nq; qi += 4, next = {})
+      scores<4, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, next);
+    for (; qi < nq; ++qi, next = {}) scores<1, kT>(kt, qs + qi * hd, hd, s + qi * kKvBlock, next);
     if constexpr (kFp8)
       for (qi = 0; qi < nq; ++qi)
         _mm512_storeu_ps(s + qi * kKvBlock, _mm512_mul_ps(_mm512_loadu_ps(s + qi * kKvBlock), ksv));

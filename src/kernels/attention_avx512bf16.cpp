@@ -62,14 +62,13 @@ inline __m512i pair_index(const PairIndex& x) {
 // the same order whatever G is, and enough independent chains in flight for a 1-row decode (G = 2)
 // to cover the instruction's latency, while K is still read front to back.
 template <int G>
-inline void scores(const uint16_t* kt, const uint32_t* qp, int hd2, float* s, const void* next_k,
-                   const void* next_v) {
+inline void scores(const uint16_t* kt, const uint32_t* qp, int hd2, float* s, NextBlock next) {
   const __m512i perm = pair_index(kKeyPairs);
   __m512 acc[2][G];
   DSPARK_UNROLL_ATT
   for (int g = 0; g < G; ++g) acc[0][g] = acc[1][g] = _mm512_setzero_ps();
   for (int t = 0; t < hd2; t += 2) {
-    prefetch_next_block<128>(next_k, next_v, t / 2);  // a block over hd2 / 2 steps
+    prefetch_next_block<128>(next, t / 2);  // a block over hd2 / 2 steps
     __m512bh k[2];
     DSPARK_UNROLL_ATT
     for (int p = 0; p < 2; ++p)
@@ -214,22 +213,15 @@ void attention_tile_avx512bf16(const PagedKvLayer& kv, const int32_t* table, con
     const int32_t phys = table[b0 / kKvBlock];
     const uint16_t* kt = k + kv.block_offset(kvh, phys);
     // The first group of query vectors asks for the next block's K and V (prefetch_next_block).
-    const void* nk = nullptr;
-    const void* nv = nullptr;
-    if (b0 + kKvBlock < end) {
-      const int64_t next = kv.block_offset(kvh, table[b0 / kKvBlock + 1]);
-      nk = k + next;
-      nv = v + next;
-    }
+    NextBlock next = next_block(kv, table, kvh, b0, end);
     int qi = 0;
-    for (; qi + 8 <= nq; qi += 8, nk = nv = nullptr)
-      scores<8>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
-    for (; qi + 4 <= nq; qi += 4, nk = nv = nullptr)
-      scores<4>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
-    for (; qi + 2 <= nq; qi += 2, nk = nv = nullptr)
-      scores<2>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
-    for (; qi < nq; ++qi, nk = nv = nullptr)
-      scores<1>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, nk, nv);
+    for (; qi + 8 <= nq; qi += 8, next = {})
+      scores<8>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, next);
+    for (; qi + 4 <= nq; qi += 4, next = {})
+      scores<4>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, next);
+    for (; qi + 2 <= nq; qi += 2, next = {})
+      scores<2>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, next);
+    for (; qi < nq; ++qi, next = {}) scores<1>(kt, qp + qi * hd2, hd2, s + qi * kKvBlock, next);
     softmax_block(s, nq, group, visible, span.start, b0, mx, lanes, alpha, pb, new_max, seen);
     const uint16_t* vb = v + kv.block_offset(kvh, phys);
     const int keys = std::min(kKvBlock, max_vis - b0);

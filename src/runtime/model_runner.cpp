@@ -201,6 +201,11 @@ void ModelRunner::hold(RequestState& r, std::span<const int32_t> tokens, int pos
   }
   r.committed.insert(r.committed.end(), tokens.begin(), tokens.end());
   r.held_width = feats ? dwidth : 0;
+  // Room for a cap's worth of rows at once: growing a row at a time copied the rows again at each
+  // doubling.
+  if (feats && r.held_feats.capacity() == 0)
+    r.held_feats.reserve(size_t(std::max<int>(held_cap(dwidth), int(tokens.size()))) *
+                         size_t(dwidth));
   if (feats)
     for (size_t i = 0; i < tokens.size(); ++i) {
       const float* f = feats + int64_t(i) * stride;
@@ -237,7 +242,7 @@ bool ModelRunner::propose(const StepPlan& plan) {
   }
   const bool draft_now = drafter_ && !dec.empty() && policy_->should_draft(int(dec.size()));
   if (drafter_ && !dec.empty() && !draft_now) ++out_.metrics().spec_plain_steps;
-  catch_up_ = 0;
+  catch_up_ = {};
   if (!draft_now) {
     for (RequestState* r : dec) {
       r->draft.clear();
@@ -270,10 +275,10 @@ bool ModelRunner::propose(const StepPlan& plan) {
   }
   lengths_.assign(dec.size(), 0);
   policy_->choose(draft_ptrs_, lengths_);
-  // A catch-up on rows held through plain steps is paid once, not by every round: left out of
-  // the drafting cost the policy learns (and of the step's time, in execute).
+  // A catch-up is not paid by every round: left out of the drafting cost the policy learns (its
+  // prompt part also out of the step's time, step_delivered; catch_up_ says why).
   const double drafting = now_seconds() - t0;
-  policy_->observe_drafting(drafting - catch_up_, int(dec.size()));
+  policy_->observe_drafting(drafting - catch_up_.total(), int(dec.size()));
   out_.drafting(drafting, proposed);
   for (size_t i = 0; i < dec.size(); ++i)
     dec[i]->verify_len = std::clamp(lengths_[i], 0, int(dec[i]->draft.tokens.size()));
@@ -368,8 +373,8 @@ void ModelRunner::execute(const StepPlan& plan, bool drafted, double t_step) {
 void ModelRunner::step_delivered() {
   if (!seen_) return;
   const StepSeen& s = *seen_;
-  policy_->observe_step(s.requests, s.drafted, s.emitted, now_seconds() - s.t_step - catch_up_,
-                        s.rows, s.other_rows);
+  policy_->observe_step(s.requests, s.drafted, s.emitted,
+                        now_seconds() - s.t_step - catch_up_.prompt, s.rows, s.other_rows);
   seen_.reset();
 }
 
@@ -393,7 +398,19 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
     committed_.resize(size_t(r->chunk));
     for (int i = 0; i < r->chunk; ++i) committed_[size_t(i)] = r->token_at(r->computed + i);
     kv_.commit(r->kv_seq, r->computed, committed_);
-    if (drafter_) {
+    if (drafter_ && defers_context()) {
+      // Taken when it first drafts (a catch-up: held_last stays 0), straight from the taps: the
+      // head rows are consecutive, the last is among the tail rows.
+      const std::span<const int32_t> toks(committed_);
+      auto taps_at = [&](int i) {
+        return dtaps ? out.taps + int64_t(out_row_of(i)) * width : nullptr;
+      };
+      if (head_rows > 0)
+        hold(*r, toks.first(size_t(head_rows)), r->computed, taps_at(0), width, dwidth);
+      if (head_rows < r->chunk)
+        hold(*r, toks.subspan(size_t(head_rows)), r->computed + head_rows, taps_at(head_rows),
+             width, dwidth);
+    } else if (drafter_) {
       const float* feats = nullptr;
       if (dtaps) {
         gathered_.resize(size_t(r->chunk) * size_t(dwidth));
@@ -402,13 +419,9 @@ void ModelRunner::prefill_results(const StepPlan& plan, const ForwardOutput& out
                       out.taps + int64_t(out_row_of(i)) * width, size_t(dwidth) * 4);
         feats = gathered_.data();
       }
-      if (defers_context()) {  // taken when it first drafts (a catch-up: held_last stays 0)
-        hold(*r, committed_, r->computed, feats, dwidth, dwidth);
-      } else {
-        r->dv->d->extend(r->draft_seq, committed_, r->computed,
-                         TargetFeatures{feats, dtaps ? r->chunk : 0, dwidth});
-        out_.metrics().drafter_context_rows += r->chunk;
-      }
+      r->dv->d->extend(r->draft_seq, committed_, r->computed,
+                       TargetFeatures{feats, dtaps ? r->chunk : 0, dwidth});
+      out_.metrics().drafter_context_rows += r->chunk;
     }
     r->computed += r->chunk;
     if (!completes) continue;
@@ -515,13 +528,17 @@ const float* ModelRunner::processed_rows(RequestState& r, const float* logits,
   return processed_.data();
 }
 
-double ModelRunner::flush_held(std::span<RequestState* const> rs) {
-  int64_t rows = 0, older = 0;
+ModelRunner::CatchUp ModelRunner::flush_held(std::span<RequestState* const> rs) {
+  int64_t rows = 0, prompt = 0, plain = 0;
   for (RequestState* r : rs) {
-    rows += int64_t(r->committed.size());
-    older += std::max<int64_t>(0, int64_t(r->committed.size()) - r->held_last);
+    const int n = int(r->committed.size());
+    rows += n;
+    const int older_end = r->held_pos + std::max(0, n - r->held_last);  // rows before the last step
+    const int split = std::clamp(r->prompt_len(), r->held_pos, older_end);
+    prompt += split - r->held_pos;
+    plain += older_end - split;
   }
-  if (rows == 0) return 0;
+  if (rows == 0) return {};
   const double t0 = now_seconds();
   for (auto& v : drafters_) {
     accepts_.clear();
@@ -543,7 +560,8 @@ double ModelRunner::flush_held(std::span<RequestState* const> rs) {
     drop_holder(*r);
   }
   out_.metrics().drafter_context_rows += rows;
-  return (now_seconds() - t0) * double(older) / double(rows);
+  const double per_row = (now_seconds() - t0) / double(rows);
+  return {per_row * double(prompt), per_row * double(plain)};
 }
 
 void ModelRunner::capture_row(RequestState& r, const ForwardOutput& out, int out_row, int pos) {

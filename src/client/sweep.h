@@ -1,8 +1,9 @@
 // The concurrency sweep of `dspark bench serve --sweep`: for each serving configuration (plain
 // decoding, DSpark with full blocks, DSpark with the adaptive verification length, by default) a
 // server is started (or a given one is used), all of them before the first point; then each
-// concurrency runs against every config in turn, `rounds` times, in one process, so that all
-// points are measured side by side. Then the ratios the serving goals are stated in.
+// concurrency runs against every config in turn, `rounds` times (round k starting with config k -
+// 1, so that no config always runs first), in one process, so that all points are measured side by
+// side. Then the ratios the serving goals are stated in.
 #pragma once
 
 #include <functional>

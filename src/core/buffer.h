@@ -1,10 +1,12 @@
-// Buffer: an aligned, growable, uninitialised allocation for hot-path workspaces.
+// Buffer: an aligned, growable, uninitialised allocation for hot-path workspaces; and an
+// allocator for std::vectors that keep their contents but need not zero what they grow into.
 #pragma once
 
 #include <cstddef>
 #include <cstdlib>
 #include <memory>
 #include <new>
+#include <type_traits>
 #include <utility>
 
 namespace dspark {
@@ -64,6 +66,27 @@ class HugeBuffer {
     void operator()(void* p) const;
   };
   std::unique_ptr<void, Unmap> mem_;
+};
+
+// std::vector<T, DefaultInitAllocator<T>>: resize() leaves new elements uninitialised (default-
+// initialised) instead of zeroing them, for a buffer that is written right after it grows.
+template <class T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  DefaultInitAllocator() = default;
+  template <class U>
+  DefaultInitAllocator(const DefaultInitAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
 };
 
 }  // namespace dspark

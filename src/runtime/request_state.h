@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/rng.h"
 #include "runtime/request.h"
 #include "spec_decode/drafter.h"
@@ -69,7 +70,7 @@ struct RequestState {
   // (when the drafter reads target features) their feature rows, held_width floats each.
   // held_last: how many of them the last step added.
   std::vector<int32_t> committed;
-  std::vector<float> held_feats;
+  std::vector<float, DefaultInitAllocator<float>> held_feats;  // resized, then written
   int held_pos = 0, held_width = 0, held_last = 0;
   // Export (EngineRequest::export_hidden): the export layers of positions 0 .. export_rows - 1.
   std::string export_bytes;

@@ -377,6 +377,40 @@ TEST(PrefixLengthPolicy, VerifiesWholeBlocksWhereTheyMeasureFaster) {
   EXPECT_GE(w2, 1) << "the whole block must still be tried now and then";
 }
 
+// Where the cut measures a loss, whole blocks are measured before drafting stops: here the cut
+// (one draft) yields 2 tokens in 2.5 s against plain steps' 1 a second, and whole blocks 9 tokens
+// in 5 s. A gate that stopped on the cut met whole blocks only now and then in a probe, and kept
+// cutting once a probe resumed drafting.
+TEST(PrefixLengthPolicy, ALosingCutTriesWholeBlocksBeforeDraftingStops) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.5, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.1, 1);
+  const Draft d = draft_of(std::vector<float>(8, 0.7f));
+  int whole = 0, steps = 0;
+  double tokens = 0, seconds = 0;
+  for (int i = 0; i < 600; ++i) {
+    int t = 1;
+    double sec = 1.0;
+    if (s.should_draft(1)) {
+      const int l = length_of(s, d);
+      t = l == 8 ? 9 : 1 + std::min(l, 1);
+      sec = l == 8 ? 5.0 : 2.5;
+      s.observe_step(1, true, t, sec, 1 + l, 0);
+      if (i >= 300) whole += l == 8;
+    } else {
+      s.observe_step(1, false, t, sec, 1, 0);
+    }
+    if (i >= 300) {
+      ++steps;
+      tokens += t;
+      seconds += sec;
+    }
+  }
+  EXPECT_GT(whole, 40) << "whole blocks (1.8 tokens a second) must carry the rounds";
+  EXPECT_GT(tokens / seconds, 1.5) << "against 1 for plain steps and 0.8 for the cut";
+  EXPECT_EQ(steps, 300);
+}
+
 // A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps
 // look cheaper than they are against rounds that yield several tokens.
 TEST(PrefixLengthPolicy, PlainStepOverheadCountsOnBothSides) {

@@ -25,6 +25,9 @@ struct DrafterVersion {
   int users = 0;  // requests that hold it
 };
 
+// Feature rows held for the drafter: resized, then written (no zeroing).
+using HeldFeats = std::vector<float, DefaultInitAllocator<float>>;
+
 struct RequestState {
   RequestState(uint64_t h, EngineRequest r, OutputFn fn, const Tokenizer& tok)
       : handle(h),
@@ -70,7 +73,7 @@ struct RequestState {
   // (when the drafter reads target features) their feature rows, held_width floats each.
   // held_last: how many of them the last step added.
   std::vector<int32_t> committed;
-  std::vector<float, DefaultInitAllocator<float>> held_feats;  // resized, then written
+  HeldFeats held_feats;
   int held_pos = 0, held_width = 0, held_last = 0;
   // Export (EngineRequest::export_hidden): the export layers of positions 0 .. export_rows - 1.
   std::string export_bytes;

@@ -388,7 +388,8 @@ void ModelRunner::step_delivered() {
   if (!seen_) return;
   const StepSeen& s = *seen_;
   policy_->observe_step(s.requests, s.drafted, s.emitted,
-                        now_seconds() - s.t_step - catch_up_.prompt, s.rows, s.other_rows);
+                        now_seconds() - s.t_step - catch_up_.prompt, s.rows, s.other_rows,
+                        catch_up_.plain);
   seen_.reset();
 }
 

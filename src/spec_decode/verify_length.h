@@ -32,9 +32,11 @@ class VerifyLengthPolicy {
   // After each step with decoding requests: how many there were, whether they drafted, the
   // tokens they emitted, the step's seconds (drafting, forward, verification and delivering the
   // outputs; the engine calls it once they are delivered), and the rows of
-  // the forward that were theirs (anchors and drafts) and other requests' (prompt chunks).
+  // the forward that were theirs (anchors and drafts) and other requests' (prompt chunks), and of
+  // the seconds, what a drafted step paid to switch to drafting (the drafter given the rows of
+  // plain steps before it).
   virtual void observe_step(int /*requests*/, bool /*drafted*/, int /*tokens*/, double /*seconds*/,
-                            int /*decode_rows*/, int /*other_rows*/) {}
+                            int /*decode_rows*/, int /*other_rows*/, double /*switching*/ = 0) {}
 };
 
 // Verifies every drafted token.

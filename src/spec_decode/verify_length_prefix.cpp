@@ -54,12 +54,20 @@ PrefixLengthPolicy::Gate& PrefixLengthPolicy::gate(int requests) {
   // drafting loses there: more requests make a step's rows dearer, so it loses here too. It
   // waits as long as that gate before its first probe, instead of probing at once (on two cores
   // a probe at 16 requests costs about four plain steps, and a sweep meets a dozen new loads).
-  if (const Gate* lighter = nearest_lighter(requests); lighter && !lighter->drafting) {
+  if (behind_losing(requests)) {
     g.drafting = false;
     g.last_step = steps_;
-    g.probe_every = lighter->probe_every;
+    g.probe_every = nearest_lighter(requests)->probe_every;
   }
   return g;
+}
+
+bool PrefixLengthPolicy::behind_losing(int requests) const {
+  const Gate* l = nearest_lighter(requests);
+  if (!l || l->drafting) return false;
+  // Stopped on the prediction (or too few drafted steps to tell), it holds back; measured, only
+  // where it loses without its switching costs.
+  return l->intrinsic.n < kMeasuredMin || l->plain.n < kMeasuredMin || l->loses_in_itself();
 }
 
 const PrefixLengthPolicy::Gate* PrefixLengthPolicy::nearest_lighter(int requests) const {
@@ -108,9 +116,7 @@ bool PrefixLengthPolicy::should_draft(int requests) {
   // gate's own probes find when drafting pays again, so this one probes only rarely. At 16
   // requests on two cores a probe cost about three plain steps, and each of the loads 9-16 probed
   // on its own: 3-4% of a sweep's steps at 16 users.
-  const Gate* lighter = nearest_lighter(requests);
-  const int every =
-      lighter && !lighter->drafting ? std::max(g.probe_every, kProbeBehind) : g.probe_every;
+  const int every = behind_losing(requests) ? std::max(g.probe_every, kProbeBehind) : g.probe_every;
   if (steps_ - g.last_step >= every) {
     // A probe: its prediction or its measurement decides whether drafting resumes.
     g.last_step = steps_;
@@ -155,7 +161,7 @@ int affordable_gap(double plain_rate, int requests, int tokens, double seconds) 
 }  // namespace
 
 void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, double seconds,
-                                      int decode_rows, int other_rows) {
+                                      int decode_rows, int other_rows, double switching) {
   if (!learn_ || !(seconds > 0) || decode_rows <= 0) return;
   // A step with prompt chunks measures mostly their prefill, which it pays whether it drafts or
   // not: a few such steps among the plain ones made a 15-request gate measure drafting 1.2-1.3x
@@ -165,6 +171,7 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
   // The measured judge: decayed tokens and seconds of each kind of step at this load.
   Gate& g = gate(requests);
   (drafted ? (last_full_ ? g.full : g.drafted) : g.plain).add(double(tokens), seconds);
+  if (drafted) g.intrinsic.add(double(tokens), std::max(0.0, seconds - switching));
   if (g.full.n >= kMeasuredMin && g.drafted.n >= kMeasuredMin) {
     const double r = g.full.per_second() / g.drafted.per_second();
     if (r >= 1 + kHysteresis) g.full_blocks = true;
@@ -189,7 +196,9 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
         g.since_plain = 0;
         g.drafted = {};
         g.full = {};
+        g.intrinsic = {};
         (last_full_ ? g.full : g.drafted).add(double(tokens), seconds);
+        g.intrinsic.add(double(tokens), std::max(0.0, seconds - switching));
       } else {
         g.last_step = steps_;
         g.probe_every = std::max(std::min(2 * g.probe_every, kProbeMax),

@@ -48,7 +48,7 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // plain steps against rounds that yield several tokens. Steps with other rows (prompt chunks)
   // teach nothing: they time mostly the prefill.
   void observe_step(int requests, bool drafted, int tokens, double seconds, int decode_rows,
-                    int other_rows) override;
+                    int other_rows, double switching = 0) override;
   // With a learned drafting cost: whether this step drafts at all, at about this many requests
   // (each count up to 16, then 17-31, 32-63, ...) and context (set_contexts). Two judges, the
   // second once it can:
@@ -133,6 +133,15 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
       double per_second() const { return tokens / seconds; }
     };
     Rate drafted, plain;
+    // Drafted steps without what they paid to switch from plain steps: whether drafting loses
+    // here in itself, or only because a heavier load around it runs plain steps (3 requests
+    // among 4: a request ends, its successor's prompt is not in yet). Only a load that loses in
+    // itself holds the heavier ones back (nearest_lighter).
+    Rate intrinsic;
+    bool loses_in_itself() const {
+      return intrinsic.n >= kMeasuredMin && plain.n >= kMeasuredMin &&
+             intrinsic.per_second() < (1 - kHysteresis) * plain.per_second();
+    }
     // Drafted steps that verified every draft instead of Algorithm 1's lengths, and whether
     // drafting uses them (the other way is tried one round in kExploreEvery, kExploreFirst until
     // measured, kExploreRarely while it measures below 1 / kFarAhead of the way in use).
@@ -154,6 +163,9 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   const Gate* find_gate(int requests) const;  // nullptr: none yet
   // The gate of the nearest lighter load seen at this context (nullptr: none).
   const Gate* nearest_lighter(int requests) const;
+  // Whether that gate holds this load back: it stopped drafting and, once measured, loses in
+  // itself.
+  bool behind_losing(int requests) const;
   int64_t steps_ = 0;
   // A learned cost: the samples of the last kCostWindow observations, their trimmed mean, and
   // that mean on the grid with hysteresis (the value used).

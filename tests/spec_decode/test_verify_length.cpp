@@ -275,8 +275,10 @@ TEST(PrefixLengthPolicy, GatesAreKeptPerContext) {
 }
 
 // `steps` steps of R requests: plain ones yield R tokens a second, drafted ones (the policy
-// choosing lengths for d) 3R tokens at drafted_rate times that. How many drafted.
-int run_load(PrefixLengthPolicy& s, const Draft& d, int R, double drafted_rate, int steps) {
+// choosing lengths for d) 3R tokens at drafted_rate times that, `switching` seconds of which
+// were paid to switch from plain steps. How many drafted.
+int run_load(PrefixLengthPolicy& s, const Draft& d, int R, double drafted_rate, int steps,
+             double switching = 0) {
   const std::vector<const Draft*> drafts(size_t(R), &d);
   std::vector<int> lengths(size_t(R), 0);
   int drafted = 0;
@@ -289,7 +291,7 @@ int run_load(PrefixLengthPolicy& s, const Draft& d, int R, double drafted_rate, 
     s.choose(drafts, lengths);
     int rows = R;
     for (int l : lengths) rows += l;
-    s.observe_step(R, true, 3 * R, 3.0 / drafted_rate, rows, 0);
+    s.observe_step(R, true, 3 * R, 3.0 / drafted_rate, rows, 0, switching);
   }
   return drafted;
 }
@@ -337,6 +339,22 @@ TEST(PrefixLengthPolicy, HeavierLoadsBehindALosingOneProbeRarely) {
   s.observe_drafting(0.0, 1);
   run_load(s, d, 4, 0.6, 1000);
   EXPECT_GE(run_load(s, d, 8, 0.6, 2 * PrefixLengthPolicy::kProbeBehind + 1), 1);
+}
+
+// A lighter load that loses only by what its rounds pay to switch from plain steps (3 requests
+// among 4, where the 4's steps are plain) does not hold the heavier one back: here 4 requests'
+// drafted steps run at 0.6 of the plain rate, 2 s of their 5 the switch, so in themselves at 1.0.
+TEST(PrefixLengthPolicy, ALoadLosingOnlyBySwitchingHoldsNoneBack) {
+  const Draft d = draft_of({0.7f, 0.7f, 0.7f, 0.7f});
+  auto probes_at_8 = [&](double switching) {
+    PrefixLengthPolicy s(line_sps(1.0, 0.1, 9));
+    s.learn_drafting_cost(true);
+    s.observe_drafting(0.0, 1);
+    run_load(s, d, 4, 0.6, 1000, switching);
+    return run_load(s, d, 8, 0.6, 3 * PrefixLengthPolicy::kProbeBehind / 4);
+  };
+  EXPECT_LE(probes_at_8(0.0), 1) << "4 requests lose in themselves: 8 leaves the probing to them";
+  EXPECT_GE(probes_at_8(2.0), 3) << "4 requests lose by switching only: 8 probes on its own";
 }
 
 // Where the whole block measures faster than Algorithm 1's cut (the curve says rows are dear, the

@@ -67,7 +67,8 @@ bool PrefixLengthPolicy::behind_losing(int requests) const {
   if (!l || l->drafting) return false;
   // Stopped on the prediction (or too few drafted steps to tell), it holds back; measured, only
   // where it loses without its switching costs.
-  return l->intrinsic.n < kMeasuredMin || l->plain.n < kMeasuredMin || l->loses_in_itself();
+  if (l->intrinsic.n < kMeasuredMin || l->plain.n < kMeasuredMin) return true;
+  return l->intrinsic.per_second() < (1 - kHysteresis) * l->plain.per_second();
 }
 
 const PrefixLengthPolicy::Gate* PrefixLengthPolicy::nearest_lighter(int requests) const {
@@ -181,13 +182,14 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
     // The cut loses, and whole blocks were tried too rarely to know: they take the rounds until
     // measured, before drafting stops (at 4 users on math the cut ran at 0.96x plain and whole
     // blocks at 1.2x, but a gate that stopped here met whole blocks one probe in eight).
-    const bool untried = g.full.n < kMeasuredMin;
-    if (g.drafting && g.rate_gain() < 1 - kHysteresis && untried) {
-      g.full_blocks = true;
-    } else if (g.drafting && g.rate_gain() < 1 - kHysteresis) {  // loses: plain steps, probed
-      g.drafting = false;
-      g.last_step = steps_;
-      g.probe_every = kProbeFirst;
+    if (g.drafting && g.rate_gain() < 1 - kHysteresis) {
+      if (g.full.n < kMeasuredMin) {
+        g.full_blocks = true;
+      } else {  // drafting loses: plain steps, probed
+        g.drafting = false;
+        g.last_step = steps_;
+        g.probe_every = kProbeFirst;
+      }
     } else if (!g.drafting && drafted) {  // a probe, judged on its own against the plain steps
       if ((double(tokens) / seconds) / g.plain.per_second() >= 1 + kHysteresis) {
         // Drafting resumes, and is judged afresh: on the rounds from this probe on (the prompt

@@ -136,12 +136,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
     // Drafted steps without what they paid to switch from plain steps: whether drafting loses
     // here in itself, or only because a heavier load around it runs plain steps (3 requests
     // among 4: a request ends, its successor's prompt is not in yet). Only a load that loses in
-    // itself holds the heavier ones back (nearest_lighter).
+    // itself holds the heavier ones back (behind_losing).
     Rate intrinsic;
-    bool loses_in_itself() const {
-      return intrinsic.n >= kMeasuredMin && plain.n >= kMeasuredMin &&
-             intrinsic.per_second() < (1 - kHysteresis) * plain.per_second();
-    }
     // Drafted steps that verified every draft instead of Algorithm 1's lengths, and whether
     // drafting uses them (the other way is tried one round in kExploreEvery, kExploreFirst until
     // measured, kExploreRarely while it measures below 1 / kFarAhead of the way in use).

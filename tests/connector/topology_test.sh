@@ -151,29 +151,40 @@ case "$FAULT" in
     start_redis ;;
   corrupt)
     # Overwrite 4 bytes of hidden_states tensors that the trainer cannot have read yet: the
-    # trainer is stopped (SIGSTOP), and only tensors that appear in the store after the stop
-    # (requests in flight that the servers finish meanwhile) are overwritten, then it continues.
-    # A tensor already in the store at the stop may have been fetched, so it is left alone;
-    # every overwritten one must then be caught. Only first attempts (the trainer's request ids
-    # end in -a<attempt>): a prompt's redo is left alone, or hits on one prompt would use up its
-    # attempts.
+    # trainer is stopped (SIGSTOP) while a server has a request running, and only tensors that
+    # appear in the store after the stop (the requests in flight, which the servers finish
+    # meanwhile) are overwritten, then it continues. A tensor already in the store at the stop
+    # may have been fetched, so it is left alone; every overwritten one must then be caught. Only
+    # first attempts (the trainer's request ids end in -a<attempt>): a prompt's redo is left
+    # alone, or hits on one prompt would use up its attempts.
     first_attempts() { rcli --scan --pattern '*-a0-*:hidden_states' 2>/dev/null | sort; }
-    for _ in $(seq 50); do
+    in_flight() {  # requests running or waiting on both servers together
+      local n=0 v
+      for u in "${URLS[@]}"; do
+        v=$(curl -s -m 5 "$u/metrics" | sed -n 's/^vllm:num_requests_\(running\|waiting\){[^}]*} \([0-9]*\).*/\2/p')
+        for x in $v; do n=$((n + x)); done
+      done
+      echo "$n"
+    }
+    for _ in $(seq 3000); do
       kill -0 "$TPID" 2>/dev/null || break
       kill -STOP "$TPID"
       before=$(first_attempts)
-      for _ in $(seq 30); do
-        new=$(comm -13 <(echo "$before") <(first_attempts))
-        [[ -n "$new" ]] && break
-        sleep 0.1
-      done
+      new=""
+      if [[ $(in_flight) -gt 0 ]]; then  # in flight after the snapshot: its tensors must appear
+        for _ in $(seq 600); do
+          new=$(comm -13 <(echo "$before") <(first_attempts))
+          [[ -n "$new" ]] && break
+          sleep 0.1
+        done
+      fi
       for k in $new; do
         r=$(rcli eval "if redis.call('exists', KEYS[1]) == 1 then redis.call('setrange', KEYS[1], 64, 'ZZZZ') return 1 end return 0" 1 "$k")
         [[ "$r" == 1 ]] && CORRUPTED=$((CORRUPTED + 1))
       done
       kill -CONT "$TPID"
       [[ $CORRUPTED -ge 1 ]] && break
-      sleep 0.2
+      sleep 0.02
     done
     echo "corrupted $CORRUPTED stored tensors" ;;
   resume_trainer)
@@ -207,7 +218,7 @@ EOF
 left=$(rcli dbsize)
 [[ "$left" == 0 ]] || die "$left keys left in the store: $(rcli --scan | head -5 | tr '\n' ' ')"
 if [[ "$FAULT" == corrupt ]]; then
-  [[ $CORRUPTED -ge 1 ]] || die "nothing was corrupted (the samples went too fast)"
+  [[ $CORRUPTED -ge 1 ]] || die "nothing was corrupted: no request of the trainer was seen in flight"
   # Every overwritten tensor was written after the trainer stopped, so each must be caught.
   caught=$(grep -c '"event":"corrupt_sample".*CRC32' "$OUT/train_log.jsonl" || true)
   echo "CRC failures reported: $caught of $CORRUPTED overwritten"

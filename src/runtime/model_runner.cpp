@@ -157,11 +157,17 @@ void ModelRunner::park(RequestState& r) {
   p.tokens = std::move(r.committed);
   parked_bytes_ += p.bytes();
   parked_.push_back(std::move(p));
-  while (parked_bytes_ > kParkedBytes || parked_.size() > kParkedEntries) {
+  const size_t cap = parked_cap(p.width);
+  while (parked_bytes_ > cap || parked_.size() > kParkedEntries) {
     parked_bytes_ -= parked_.front().bytes();
     recycle(parked_.front().feats);
     parked_.pop_front();
   }
+}
+
+size_t ModelRunner::parked_cap(int width) const {
+  const size_t kv_positions = size_t(kv_.total_blocks()) * size_t(kKvBlock);
+  return std::max(kParkedBytes, kv_positions * size_t(std::max(width, 0)) * sizeof(float));
 }
 
 void ModelRunner::recycle(HeldFeats& feats) {
@@ -174,8 +180,8 @@ void ModelRunner::recycle(HeldFeats& feats) {
 }
 
 int ModelRunner::unpark(RequestState& r, std::span<const int32_t> tokens, int m, int n) {
-  for (auto it = parked_.rbegin(); it != parked_.rend(); ++it) {
-    const Parked& p = *it;
+  for (size_t e = parked_.size(); e-- > 0;) {
+    Parked& p = parked_[e];
     const int end = std::min(n, p.start + p.rows);
     if (p.version != r.dv->version || p.start > m || end <= m) continue;
     const int32_t* toks = p.tokens.data();
@@ -184,14 +190,21 @@ int ModelRunner::unpark(RequestState& r, std::span<const int32_t> tokens, int m,
     uint64_t h = kHashSeed;
     for (int i = 0; i < p.start && same; ++i) h = hash_tokens(h, tokens[size_t(i)]);
     if (!same || h != p.prefix_hash) continue;
-    r.committed.resize(size_t(end - m));
-    std::memcpy(r.committed.data(), toks + (m - p.start), size_t(end - m) * 4);
+    // The entry's buffers become r's held rows [m, end): no copy into a new allocation, whose
+    // pages would be faulted in again. r parks them again (with its own rows after) when it ends.
+    const size_t skip = size_t(m - p.start), rows = size_t(end - m), w = size_t(p.width);
+    recycle(r.held_feats);
+    r.committed = std::move(p.tokens);
+    r.committed.erase(r.committed.begin(), r.committed.begin() + std::ptrdiff_t(skip));
+    r.committed.resize(rows);
+    r.held_feats = std::move(p.feats);
+    if (skip > 0) std::memmove(r.held_feats.data(), r.held_feats.data() + skip * w, rows * w * 4);
+    r.held_feats.resize(rows * w);
     r.held_width = p.width;
-    r.held_feats.resize(size_t(end - m) * size_t(p.width));
-    std::memcpy(r.held_feats.data(), p.feats.data() + size_t(m - p.start) * size_t(p.width),
-                r.held_feats.size() * 4);
     r.held_pos = m;
     r.held_last = 0;
+    parked_bytes_ -= size_t(r.held_feats.capacity() + r.committed.capacity()) * 4;
+    parked_.erase(parked_.begin() + std::ptrdiff_t(e));
     holders_.push_back(&r);
     return end;
   }

@@ -292,6 +292,18 @@ TEST(Engine, DrafterContextWaitsUntilARequestDrafts) {
       << "the parked rows must give the drafter the context it would have built";
   EXPECT_GE(e->metrics().drafter_context_rows, cached);
 
+  // Two requests continue the same parked rows at once: the first takes them as its own, and the
+  // second finds them held by the first; both start from the target's whole cache.
+  auto twice = engine(true);
+  draft = false;
+  EXPECT_EQ(run_all(*twice, {{"t1", t1, gp}})[0].tokens, a1);
+  draft = true;
+  const auto both = run_all(*twice, {{"a", t2, gp}, {"b", t2, gp}});
+  for (const Collected& b : both) {
+    EXPECT_EQ(b.tokens, got.tokens);
+    EXPECT_EQ(b.cached_tokens, cached) << "a request continuing parked rows at once with another";
+  }
+
   // A document that a running request holds (plain steps, its rows not yet the drafter's): a
   // second question about it starts from the target's cache as well, those rows going to the
   // drafter then.

@@ -69,6 +69,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // kProbeLongest): under load a probe can cost several plain steps. A probe that gains at least
   // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
   // resumes drafting, which the measured judge then weighs on the rounds from that probe on.
+  // Once measured, a probe whose cut loses makes the next probes verify whole blocks until they
+  // are measured as well; after that probes take the way that measures faster.
   // Once a load's rates are measured, its rounds either take Algorithm 1's lengths or verify
   // every draft, whichever measures faster (by 2%), the other tried one round in kExploreEvery
   // (kExploreFirst until it has kMeasuredMin rounds, kExploreRarely while far behind): where a

@@ -429,6 +429,41 @@ TEST(PrefixLengthPolicy, ALosingCutTriesWholeBlocksBeforeDraftingStops) {
   EXPECT_EQ(steps, 300);
 }
 
+// A gate stopped on the prediction probes with whole blocks once its cut probes measure a loss:
+// here the confidences are low (0.3), so Algorithm 1 verifies nothing and predicts a loss for
+// whole blocks too, but every draft survives: whole blocks yield 9 tokens in 5 s against plain
+// steps' 1 a second. Probing with the cut alone, the gate never found them.
+TEST(PrefixLengthPolicy, AStoppedGateProbesWithWholeBlocksOnceTheCutLoses) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.5, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.1, 1);
+  const Draft d = draft_of(std::vector<float>(8, 0.3f));
+  int whole = 0, steps = 0;
+  double tokens = 0, seconds = 0;
+  for (int i = 0; i < 800; ++i) {
+    int t = 1;
+    double sec = 1.0;
+    if (s.should_draft(1)) {
+      const int l = length_of(s, d);
+      t = 1 + l;
+      sec = 1.1 + 0.5 * l;
+      s.observe_step(1, true, t, sec, 1 + l, 0);
+      if (i >= 400) whole += l == 8;
+    } else {
+      s.observe_step(1, false, t, sec, 1, 0);
+    }
+    if (i >= 400) {
+      ++steps;
+      tokens += t;
+      seconds += sec;
+    }
+  }
+  EXPECT_LT(s.predicted_gain(1), 1.0) << "(the prediction must say a loss here)";
+  EXPECT_GT(whole, 40) << "whole blocks (1.8 tokens a second) must carry the rounds";
+  EXPECT_GT(tokens / seconds, 1.5) << "against 1 for plain steps";
+  EXPECT_EQ(steps, 400);
+}
+
 // A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps
 // look cheaper than they are against rounds that yield several tokens.
 TEST(PrefixLengthPolicy, PlainStepOverheadCountsOnBothSides) {

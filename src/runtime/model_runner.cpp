@@ -190,21 +190,28 @@ int ModelRunner::unpark(RequestState& r, std::span<const int32_t> tokens, int m,
     uint64_t h = kHashSeed;
     for (int i = 0; i < p.start && same; ++i) h = hash_tokens(h, tokens[size_t(i)]);
     if (!same || h != p.prefix_hash) continue;
-    // The entry's buffers become r's held rows [m, end): no copy into a new allocation, whose
-    // pages would be faulted in again. r parks them again (with its own rows after) when it ends.
     const size_t skip = size_t(m - p.start), rows = size_t(end - m), w = size_t(p.width);
-    recycle(r.held_feats);
-    r.committed = std::move(p.tokens);
-    r.committed.erase(r.committed.begin(), r.committed.begin() + std::ptrdiff_t(skip));
-    r.committed.resize(rows);
-    r.held_feats = std::move(p.feats);
-    if (skip > 0) std::memmove(r.held_feats.data(), r.held_feats.data() + skip * w, rows * w * 4);
-    r.held_feats.resize(rows * w);
+    if (end == p.start + p.rows) {
+      // r continues the whole entry (a chat's next turn, a preempted request): its buffers
+      // become r's held rows, no copy into a new allocation whose pages would be faulted in
+      // again; r parks them again, with its own rows after, when it ends.
+      recycle(r.held_feats);
+      r.committed = std::move(p.tokens);
+      r.committed.erase(r.committed.begin(), r.committed.begin() + std::ptrdiff_t(skip));
+      r.held_feats = std::move(p.feats);
+      if (skip > 0) std::memmove(r.held_feats.data(), r.held_feats.data() + skip * w, rows * w * 4);
+      r.held_feats.resize(rows * w);
+      parked_bytes_ -= size_t(r.held_feats.capacity() + r.committed.capacity()) * 4;
+      parked_.erase(parked_.begin() + std::ptrdiff_t(e));
+    } else {  // part of it (a second question about a document): the entry stays for others
+      r.committed.assign(toks + skip, toks + skip + rows);
+      recycle(r.held_feats);  // a buffer of the exact size: a spare's unused pages would creep in
+      r.held_feats.resize(rows * w);
+      std::memcpy(r.held_feats.data(), p.feats.data() + skip * w, rows * w * 4);
+    }
     r.held_width = p.width;
     r.held_pos = m;
     r.held_last = 0;
-    parked_bytes_ -= size_t(r.held_feats.capacity() + r.committed.capacity()) * 4;
-    parked_.erase(parked_.begin() + std::ptrdiff_t(e));
     holders_.push_back(&r);
     return end;
   }

@@ -98,7 +98,8 @@ class ModelRunner {
   // parked_cap() bytes and kParkedEntries, kParkMin rows or more each (fewer cost the target at
   // most a KV block to recompute): the drafter version, the first row's position, a hash of the
   // tokens before it, and the request's own buffers of the rows' features and tokens, moved
-  // (counted by their capacity). A request that continues an entry takes its buffers.
+  // (counted by their capacity). A request that continues a whole entry takes its buffers; one that
+  // continues part of it gets a copy of that part, and the entry stays.
   struct Parked {
     int version = 0, start = 0, width = 0, rows = 0;
     uint64_t prefix_hash = 0;

@@ -10,6 +10,8 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "../error_of.h"
 #include "core/cpu.h"
@@ -395,38 +397,52 @@ TEST(PrefixLengthPolicy, VerifiesWholeBlocksWhereTheyMeasureFaster) {
   EXPECT_GE(w2, 1) << "the whole block must still be tried now and then";
 }
 
+// One request, 2 * half steps against a policy on line_sps(1.0, 0.5, 9) that learned a drafting
+// cost of 0.1 s; a round of length l yields outcome(l) = {tokens, seconds}, a plain step 1 token in
+// 1 s. Over the last `half` steps: rounds with whole blocks, steps and tokens per second.
+struct SecondHalf {
+  int whole = 0, steps = 0;
+  double rate = 0;
+};
+SecondHalf run_one_request(PrefixLengthPolicy& s, const Draft& d, int half,
+                           const std::function<std::pair<int, double>(int)>& outcome) {
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.1, 1);
+  SecondHalf h;
+  double tokens = 0, seconds = 0;
+  for (int i = 0; i < 2 * half; ++i) {
+    int t = 1;
+    double sec = 1.0;
+    if (s.should_draft(1)) {
+      const int l = length_of(s, d);
+      std::tie(t, sec) = outcome(l);
+      s.observe_step(1, true, t, sec, 1 + l, 0);
+      if (i >= half) h.whole += l == 8;
+    } else {
+      s.observe_step(1, false, t, sec, 1, 0);
+    }
+    if (i >= half) {
+      ++h.steps;
+      tokens += t;
+      seconds += sec;
+    }
+  }
+  h.rate = tokens / seconds;
+  return h;
+}
+
 // Where the cut measures a loss, whole blocks are measured before drafting stops: here the cut
 // (one draft) yields 2 tokens in 2.5 s against plain steps' 1 a second, and whole blocks 9 tokens
 // in 5 s. A gate that stopped on the cut met whole blocks only now and then in a probe, and kept
 // cutting once a probe resumed drafting.
 TEST(PrefixLengthPolicy, ALosingCutTriesWholeBlocksBeforeDraftingStops) {
   PrefixLengthPolicy s(line_sps(1.0, 0.5, 9));
-  s.learn_drafting_cost(true);
-  s.observe_drafting(0.1, 1);
-  const Draft d = draft_of(std::vector<float>(8, 0.7f));
-  int whole = 0, steps = 0;
-  double tokens = 0, seconds = 0;
-  for (int i = 0; i < 600; ++i) {
-    int t = 1;
-    double sec = 1.0;
-    if (s.should_draft(1)) {
-      const int l = length_of(s, d);
-      t = l == 8 ? 9 : 1 + std::min(l, 1);
-      sec = l == 8 ? 5.0 : 2.5;
-      s.observe_step(1, true, t, sec, 1 + l, 0);
-      if (i >= 300) whole += l == 8;
-    } else {
-      s.observe_step(1, false, t, sec, 1, 0);
-    }
-    if (i >= 300) {
-      ++steps;
-      tokens += t;
-      seconds += sec;
-    }
-  }
-  EXPECT_GT(whole, 40) << "whole blocks (1.8 tokens a second) must carry the rounds";
-  EXPECT_GT(tokens / seconds, 1.5) << "against 1 for plain steps and 0.8 for the cut";
-  EXPECT_EQ(steps, 300);
+  const SecondHalf h = run_one_request(s, draft_of(std::vector<float>(8, 0.7f)), 300, [](int l) {
+    return l == 8 ? std::pair{9, 5.0} : std::pair{1 + std::min(l, 1), 2.5};
+  });
+  EXPECT_GT(h.whole, 40) << "whole blocks (1.8 tokens a second) must carry the rounds";
+  EXPECT_GT(h.rate, 1.5) << "against 1 for plain steps and 0.8 for the cut";
+  EXPECT_EQ(h.steps, 300);
 }
 
 // A gate stopped on the prediction probes with whole blocks once its cut probes measure a loss:
@@ -435,33 +451,13 @@ TEST(PrefixLengthPolicy, ALosingCutTriesWholeBlocksBeforeDraftingStops) {
 // steps' 1 a second. Probing with the cut alone, the gate never found them.
 TEST(PrefixLengthPolicy, AStoppedGateProbesWithWholeBlocksOnceTheCutLoses) {
   PrefixLengthPolicy s(line_sps(1.0, 0.5, 9));
-  s.learn_drafting_cost(true);
-  s.observe_drafting(0.1, 1);
-  const Draft d = draft_of(std::vector<float>(8, 0.3f));
-  int whole = 0, steps = 0;
-  double tokens = 0, seconds = 0;
-  for (int i = 0; i < 800; ++i) {
-    int t = 1;
-    double sec = 1.0;
-    if (s.should_draft(1)) {
-      const int l = length_of(s, d);
-      t = 1 + l;
-      sec = 1.1 + 0.5 * l;
-      s.observe_step(1, true, t, sec, 1 + l, 0);
-      if (i >= 400) whole += l == 8;
-    } else {
-      s.observe_step(1, false, t, sec, 1, 0);
-    }
-    if (i >= 400) {
-      ++steps;
-      tokens += t;
-      seconds += sec;
-    }
-  }
+  const SecondHalf h = run_one_request(s, draft_of(std::vector<float>(8, 0.3f)), 400, [](int l) {
+    return std::pair{1 + l, 1.1 + 0.5 * l};
+  });
   EXPECT_LT(s.predicted_gain(1), 1.0) << "(the prediction must say a loss here)";
-  EXPECT_GT(whole, 40) << "whole blocks (1.8 tokens a second) must carry the rounds";
-  EXPECT_GT(tokens / seconds, 1.5) << "against 1 for plain steps";
-  EXPECT_EQ(steps, 400);
+  EXPECT_GT(h.whole, 40) << "whole blocks (1.8 tokens a second) must carry the rounds";
+  EXPECT_GT(h.rate, 1.5) << "against 1 for plain steps";
+  EXPECT_EQ(h.steps, 400);
 }
 
 // A plain step's cost beyond the forward (o) is charged to rounds too: without it plain steps

@@ -156,8 +156,8 @@ void ModelRunner::park(RequestState& r) {
   p.feats = std::move(r.held_feats);
   p.tokens = std::move(r.committed);
   parked_bytes_ += p.bytes();
-  parked_.push_back(std::move(p));
   const size_t cap = parked_cap(p.width);
+  parked_.push_back(std::move(p));
   while (parked_bytes_ > cap || parked_.size() > kParkedEntries) {
     parked_bytes_ -= parked_.front().bytes();
     recycle(parked_.front().feats);
@@ -195,13 +195,13 @@ int ModelRunner::unpark(RequestState& r, std::span<const int32_t> tokens, int m,
       // r continues the whole entry (a chat's next turn, a preempted request): its buffers
       // become r's held rows, no copy into a new allocation whose pages would be faulted in
       // again; r parks them again, with its own rows after, when it ends.
+      parked_bytes_ -= p.bytes();
       recycle(r.held_feats);
       r.committed = std::move(p.tokens);
       r.committed.erase(r.committed.begin(), r.committed.begin() + std::ptrdiff_t(skip));
       r.held_feats = std::move(p.feats);
       if (skip > 0) std::memmove(r.held_feats.data(), r.held_feats.data() + skip * w, rows * w * 4);
       r.held_feats.resize(rows * w);
-      parked_bytes_ -= size_t(r.held_feats.capacity() + r.committed.capacity()) * 4;
       parked_.erase(parked_.begin() + std::ptrdiff_t(e));
     } else {  // part of it (a second question about a document): the entry stays for others
       r.committed.assign(toks + skip, toks + skip + rows);

@@ -147,7 +147,7 @@ BENCHMARK(BM_Panels_Bf16_LmHead)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->UseRe
 BENCHMARK(BM_Pairs_Bf16_GateUp) SHAPES;
 BENCHMARK(BM_Pairs_Bf16_Down) SHAPES;
 BENCHMARK(BM_Pairs_Bf16_InL2) SHAPES;
-BENCHMARK(BM_Pairs_Bf16_LmHead)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Pairs_Bf16_LmHead)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(9)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Avx2_F32_GateUp) SHAPES;
 BENCHMARK(BM_Avx2_Bf16_LmHead)->Arg(1)->Arg(2)->Arg(4)->Arg(8)->Arg(16)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_OneDnn_F32_GateUp) SHAPES;

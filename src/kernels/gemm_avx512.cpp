@@ -39,6 +39,13 @@ constexpr int kSmallPanelsPerTask = 8;  // a multiple of 4
 constexpr int64_t kKcPairs = 128;   // prefill: k-pairs per block (2 panels x 128 x 64 B = 16 KiB in L1)
 constexpr int kMc = 96;             // prefill: rows of x per block (96 x 256 x 2 B = 48 KiB in L2)
 constexpr int kPanelsPerTask = 4;   // prefill: panels per task
+// Decode and verification with several rows: the first register block asks, at each 64-byte line
+// of its panels, for the line this many k-pairs ahead (4 KiB of a bf16 panel). A 9-row pass does
+// 18 multiplies per 128 bytes it reads, so its loads leave the out-of-order window too slowly to
+// keep enough of DRAM's latency covered: without a prefetch it read the 0.6B shape's output head at
+// a third of a 1-row pass's rate, and asking for the next group of panels (64 KiB ahead, into
+// L2) instead was about 8% slower (`gemm_bench BM_Pairs_Bf16_LmHead/9`).
+constexpr int64_t kPrefetchPairs = 64;
 
 inline __mmask16 col_mask(int cols) { return cols >= kPanel ? __mmask16(0xffff) : __mmask16((1u << cols) - 1); }
 
@@ -82,7 +89,7 @@ void pair_micro(const uint32_t* xp, int64_t ldx, const E* panel, int64_t pstride
   for (int64_t j = 0; j < kp; ++j) {
     if (pf && j % kPfEvery == 0) {
       DSPARK_UNROLL
-      for (int p = 0; p < NP; ++p) _mm_prefetch(pf + (p * pstride + j * kPanel) * int64_t(sizeof(E)), _MM_HINT_T1);
+      for (int p = 0; p < NP; ++p) _mm_prefetch(pf + (p * pstride + j * kPanel) * int64_t(sizeof(E)), _MM_HINT_T0);
     }
     __m512bh w[NP];
     DSPARK_UNROLL
@@ -182,17 +189,17 @@ void gemm_pairs(const float* x, int m, int64_t ldx, const WeightMatrix& w, float
   };
   if (m <= kSmallM) {
     // Decode and verification: each group of panels (2, or 4 for one row) is read once, k block
-    // after k block, and meets every row of x; with several rows the first block prefetches the
-    // next group.
+    // after k block, and meets every row of x; with several rows the first register block asks
+    // for its panels' bytes kPrefetchPairs pairs ahead.
     const int group = m == 1 ? 4 : 2;
     const int tasks = (panels + kSmallPanelsPerTask - 1) / kSmallPanelsPerTask;
     parallel_for(tasks, [&](int t) {
       const int p1 = std::min(panels, (t + 1) * kSmallPanelsPerTask);
       for (int p = t * kSmallPanelsPerTask; p < p1; p += group) {
         const int np = std::min(group, p1 - p);
-        const E* next = m > 1 && p + np < panels ? base + int64_t(p + np) * pstride : nullptr;
+        const E* ahead = m > 1 ? base + int64_t(p) * pstride + kPrefetchPairs * kPanel : nullptr;
         for (int64_t j0 = 0; j0 < kp; j0 += kKcPairs) {
-          const char* pf = next ? reinterpret_cast<const char*>(next + j0 * kPanel) : nullptr;
+          const char* pf = ahead ? reinterpret_cast<const char*>(ahead + j0 * kPanel) : nullptr;
           run(p, np, 0, m, j0, std::min(kKcPairs, kp - j0), j0 == 0 && !accumulate, pf);
         }
       }

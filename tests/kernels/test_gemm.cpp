@@ -314,13 +314,14 @@ TEST(Gemm, F32RowsAreBatchInvariantOnEveryBackend) {
 }
 
 // bf16 panels, the default precision: a row's result is bit-identical whether it is computed alone
-// (decode), among 9 rows (verification), 16, or in a prefill-sized batch, and with accumulation
-// too, on every kernel of each panel layout this CPU runs. Speculative greedy output equals plain
-// greedy output in bf16 because of it.
+// (decode), among 9 rows (verification), 16, 40 or 64 (batched steps), or in a prefill-sized batch
+// (65 and more on the AVX512-BF16 kernel), and with accumulation too, on every kernel of each panel
+// layout this CPU runs. Speculative greedy output equals plain greedy output in bf16 because of it.
 TEST(Gemm, Bf16PanelsAreBatchInvariantOnEveryKernel) {
   std::mt19937 rng(11);
   std::normal_distribution<float> nd;
-  const int n = 70, k = 1100, rows = 40;  // several k blocks, an odd panel count and a partial panel
+  // Several k blocks, an odd panel count and a partial panel.
+  const int n = 70, k = 1100, rows = 70;
   std::vector<float> x(size_t(rows) * k), init(size_t(rows) * n);
   for (auto& v : x) v = nd(rng);
   for (auto& v : init) v = nd(rng);
@@ -338,7 +339,7 @@ TEST(Gemm, Bf16PanelsAreBatchInvariantOnEveryKernel) {
     for (bool acc : {false, true}) {
       std::vector<float> alone(init);
       for (int i = 0; i < rows; ++i) gemm(x.data() + size_t(i) * k, 1, k, w, alone.data() + size_t(i) * n, n, acc);
-      for (int m : {2, 9, 16, 17, 40}) {
+      for (int m : {2, 9, 16, 17, 40, 64, 65, 70}) {
         std::vector<float> y(init);
         gemm(x.data(), m, k, w, y.data(), n, acc);
         for (int i = 0; i < m; ++i)

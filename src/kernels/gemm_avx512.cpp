@@ -36,8 +36,8 @@ constexpr int kPanel = kPanelRows;  // W rows per panel: one zmm of f32 outputs
 constexpr int kMaxRows = 12;        // rows of x per register block (2 panels x 12 = 24 accumulators)
 // Up to this m a pair of panels is read once, k block after k block, and meets every row of x in
 // register blocks (decode, verification, and the batched steps of serving). Beyond it (prefill) x
-// is blocked by kMc rows. At 16 the steps of 17-64 rows took the prefill path, which does not
-// prefetch: the qwen3-0.6b step of 17 rows cost 1.5x one of 16.
+// is blocked by kMc rows, without a prefetch: a qwen3-0.6b step of 17 rows on that path cost 1.5x
+// one of 16 on this one.
 constexpr int kSmallM = 64;
 constexpr int kSmallPanelsPerTask = 8;  // a multiple of 4
 constexpr int64_t kKcPairs = 128;   // prefill: k-pairs per block (2 panels x 128 x 64 B = 16 KiB in L1)
@@ -201,7 +201,10 @@ void gemm_pairs(const float* x, int m, int64_t ldx, const WeightMatrix& w, float
       const int p1 = std::min(panels, (t + 1) * kSmallPanelsPerTask);
       for (int p = t * kSmallPanelsPerTask; p < p1; p += group) {
         const int np = std::min(group, p1 - p);
-        const E* ahead = m > 1 ? base + int64_t(p) * pstride + kPrefetchPairs * kPanel : nullptr;
+        // The last group's lines ahead would run past the matrix: it goes without.
+        const E* ahead = m > 1 && p + np < panels
+                             ? base + int64_t(p) * pstride + kPrefetchPairs * kPanel
+                             : nullptr;
         for (int64_t j0 = 0; j0 < kp; j0 += kKcPairs) {
           const char* pf = ahead ? reinterpret_cast<const char*>(ahead + j0 * kPanel) : nullptr;
           run(p, np, 0, m, j0, std::min(kKcPairs, kp - j0), j0 == 0 && !accumulate, pf);

@@ -22,7 +22,8 @@
 # or f32), NO_SPEC=1 (no drafter), MAX_SLOPE (16), MAX_GROWTH (0.02), WARMUP_MIN_ROUNDS (4),
 # JSON (a file for the summary), SERVER_ENV (the server's extra environment, NAME=VALUE,...;
 # default MALLOC_ARENA_MAX=1,MALLOC_MMAP_THRESHOLD_=65536,MALLOC_TRIM_THRESHOLD_=0,
-# MALLOC_TOP_PAD_=0; set it empty for glibc's defaults), CONNECTOR=1 (redis-server on a free
+# MALLOC_TOP_PAD_=0,DSPARK_FEATURE_POOL_RELEASE=1, so that glibc and the drafter's feature pool
+# hand free memory back; set it empty for the defaults), CONNECTOR=1 (redis-server on a free
 # loopback port, --save "" --appendonly no, and a HiddenStatesConnector exporting every request;
 # nobody else consumes the exports, so the soak deletes the exported samples after each round,
 # keeping redis bounded, and prints redis-server's RSS and the samples it deleted).
@@ -37,7 +38,7 @@ extra=()
 [ "${CONNECTOR:-0}" = 1 ] && extra+=(--connector 1)
 [ "${NO_SPEC:-0}" = 1 ] && extra+=(--no-spec 1)
 [ -n "${JSON:-}" ] && extra+=(--json "$JSON")
-server_env=${SERVER_ENV-MALLOC_ARENA_MAX=1,MALLOC_MMAP_THRESHOLD_=65536,MALLOC_TRIM_THRESHOLD_=0,MALLOC_TOP_PAD_=0}
+server_env=${SERVER_ENV-MALLOC_ARENA_MAX=1,MALLOC_MMAP_THRESHOLD_=65536,MALLOC_TRIM_THRESHOLD_=0,MALLOC_TOP_PAD_=0,DSPARK_FEATURE_POOL_RELEASE=1}
 [ -n "$server_env" ] && extra+=(--server-env "$server_env")
 exec node "$root/tests/server/soak_test.mjs" --dspark "$dspark" \
   --model "${MODEL:-$root/models/demo}" --drafter "${DRAFTER:-$root/models/demo-dspark}" \

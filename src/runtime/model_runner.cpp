@@ -151,8 +151,8 @@ void ModelRunner::park(RequestState& r) {
   p.rows = rows;
   p.prefix_hash = kHashSeed;
   for (int i = 0; i < r.held_pos; ++i) p.prefix_hash = hash_tokens(p.prefix_hash, r.token_at(i));
-  // The request's own buffers, moved: a copy into a new allocation cost about 0.2 ms a step at 16
-  // requests on the 2-core Zen 5 (a request of 100-200 rows ends every few steps).
+  // The request's own rows, moved: a copy cost about 0.2 ms a step at 16 requests on the 2-core
+  // Zen 5 (a request of 100-200 rows ends every few steps).
   p.feats = std::move(r.held_feats);
   p.tokens = std::move(r.committed);
   parked_bytes_ += p.bytes();
@@ -160,7 +160,6 @@ void ModelRunner::park(RequestState& r) {
   parked_.push_back(std::move(p));
   while (parked_bytes_ > cap || parked_.size() > kParkedEntries) {
     parked_bytes_ -= parked_.front().bytes();
-    recycle(parked_.front().feats);
     parked_.pop_front();
   }
 }
@@ -168,15 +167,6 @@ void ModelRunner::park(RequestState& r) {
 size_t ModelRunner::parked_cap(int width) const {
   const size_t kv_positions = size_t(kv_.total_blocks()) * size_t(kKvBlock);
   return std::max(kParkedBytes, kv_positions * size_t(std::max(width, 0)) * sizeof(float));
-}
-
-void ModelRunner::recycle(HeldFeats& feats) {
-  if (feats.capacity() == 0) return;
-  if (spare_feats_.size() < kSpareFeats && feats.capacity() * sizeof(float) <= 2 * kHeldBytes) {
-    feats.clear();
-    spare_feats_.push_back(std::move(feats));
-  }
-  feats = HeldFeats{};
 }
 
 int ModelRunner::unpark(RequestState& r, std::span<const int32_t> tokens, int m, int n) {
@@ -190,24 +180,20 @@ int ModelRunner::unpark(RequestState& r, std::span<const int32_t> tokens, int m,
     uint64_t h = kHashSeed;
     for (int i = 0; i < p.start && same; ++i) h = hash_tokens(h, tokens[size_t(i)]);
     if (!same || h != p.prefix_hash) continue;
-    const size_t skip = size_t(m - p.start), rows = size_t(end - m), w = size_t(p.width);
+    const int skip = m - p.start, rows = end - m;
     if (end == p.start + p.rows) {
-      // r continues the whole entry (a chat's next turn, a preempted request): its buffers
-      // become r's held rows, no copy into a new allocation whose pages would be faulted in
-      // again; r parks them again, with its own rows after, when it ends.
+      // r continues the whole entry (a chat's next turn, a preempted request): its rows become
+      // r's held rows without a copy; r parks them again, with its own rows after, when it ends.
       parked_bytes_ -= p.bytes();
-      recycle(r.held_feats);
       r.committed = std::move(p.tokens);
-      r.committed.erase(r.committed.begin(), r.committed.begin() + std::ptrdiff_t(skip));
+      r.committed.erase(r.committed.begin(), r.committed.begin() + skip);
       r.held_feats = std::move(p.feats);
-      if (skip > 0) std::memmove(r.held_feats.data(), r.held_feats.data() + skip * w, rows * w * 4);
-      r.held_feats.resize(rows * w);
+      r.held_feats.drop_front(skip);
       parked_.erase(parked_.begin() + std::ptrdiff_t(e));
     } else {  // part of it (a second question about a document): the entry stays for others
       r.committed.assign(toks + skip, toks + skip + rows);
-      recycle(r.held_feats);  // a buffer of the exact size: a spare's unused pages would creep in
-      r.held_feats.resize(rows * w);
-      std::memcpy(r.held_feats.data(), p.feats.data() + skip * w, rows * w * 4);
+      r.held_feats.clear();
+      r.held_feats.append_rows_of(p.feats, skip, rows);
     }
     r.held_width = p.width;
     r.held_pos = m;
@@ -230,21 +216,10 @@ void ModelRunner::hold(RequestState& r, std::span<const int32_t> tokens, int pos
   r.committed.insert(r.committed.end(), tokens.begin(), tokens.end());
   r.held_width = feats ? dwidth : 0;
   if (!feats) return;
-  // A spare buffer, or room for twice the first rows (a prompt) and at least kHeldRows, growing by
-  // doubling after that (park() keeps the buffer as it is). Then one memcpy a row: a range insert
-  // compiled to a loop of 4-byte stores into lines not in cache, 55-65 us a step at 16 requests
-  // on the 2-core Zen 5, about 40 us this way.
-  if (r.held_feats.capacity() == 0 && !spare_feats_.empty()) {
-    r.held_feats = std::move(spare_feats_.back());
-    spare_feats_.pop_back();
-  }
-  if (r.held_feats.capacity() == 0)
-    r.held_feats.reserve(size_t(std::max<int>(kHeldRows, 2 * int(tokens.size()))) * size_t(dwidth));
-  const size_t at = r.held_feats.size();
-  r.held_feats.resize(at + tokens.size() * size_t(dwidth));
-  for (size_t i = 0; i < tokens.size(); ++i)
-    std::memcpy(r.held_feats.data() + at + i * size_t(dwidth), feats + int64_t(i) * stride,
-                size_t(dwidth) * sizeof(float));
+  if (!pool_) pool_ = std::make_unique<FeaturePool>(dwidth);
+  if (pool_->width() != dwidth)
+    fail("model runner: feature rows of ", dwidth, " floats for a pool of ", pool_->width());
+  r.held_feats.append(*pool_, feats, stride, int(tokens.size()));
 }
 
 void ModelRunner::drop_holder(RequestState& r) {
@@ -260,7 +235,7 @@ void ModelRunner::released(RequestState& r) {
   drop_holder(r);
   r.draft_seq = -1;
   r.committed.clear();
-  recycle(r.held_feats);  // (moved out by park(), or kept for the next request)
+  r.held_feats.clear();  // (moved out by park(), or its pages go back to the pool)
   r.held_last = 0;
   r.export_bytes.clear();
   r.export_rows = 0;
@@ -575,13 +550,19 @@ ModelRunner::CatchUp ModelRunner::flush_held(std::span<RequestState* const> rs) 
   }
   if (rows == 0) return {};
   const double t0 = now_seconds();
+  // Rows that span pages are copied to one array for the drafter, every request's in turn.
+  if (pool_) flushed_.resize(size_t(rows) * size_t(pool_->width()));
   for (auto& v : drafters_) {
     accepts_.clear();
+    size_t at = 0;
     for (RequestState* r : rs) {
       if (r->committed.empty() || r->draft_seq < 0 || r->dv != v.get()) continue;
       const int rows = int(r->committed.size());
-      const TargetFeatures f{r->held_width ? r->held_feats.data() : nullptr,
-                             r->held_width ? rows : 0, r->held_width};
+      TargetFeatures f{nullptr, 0, r->held_width};
+      if (r->held_width) {
+        f = {r->held_feats.contiguous(flushed_.data() + at), rows, r->held_width};
+        at += size_t(rows) * size_t(r->held_width);
+      }
       accepts_.push_back(AcceptJob{r->draft_seq, r->committed, r->held_pos, f});
     }
     if (!accepts_.empty()) v->d->accept_batch(accepts_);
@@ -589,9 +570,6 @@ ModelRunner::CatchUp ModelRunner::flush_held(std::span<RequestState* const> rs) 
   for (RequestState* r : rs) {
     r->committed.clear();
     r->held_feats.clear();
-    // A prompt chunk's rows (up to the step's token budget) are held for one step: their buffer
-    // is not kept for the rest of the request.
-    if (r->held_feats.capacity() * sizeof(float) > 2 * kHeldBytes) r->held_feats.shrink_to_fit();
     drop_holder(*r);
   }
   out_.metrics().drafter_context_rows += rows;

@@ -16,6 +16,7 @@
 #include "core/buffer.h"
 #include "model/forward.h"
 #include "runtime/engine_options.h"
+#include "runtime/held_rows.h"
 #include "runtime/output_processor.h"
 #include "runtime/request_scheduler.h"
 #include "runtime/request_state.h"
@@ -94,18 +95,21 @@ class ModelRunner {
   int held_cap(int dwidth) const;
   static constexpr int kHeldRows = 32;
   static constexpr size_t kHeldBytes = size_t(2) << 20;
+  // The pages every held and parked row lives in (made at the first row held; declared before
+  // parked_, which gives its pages back when destroyed).
+  std::unique_ptr<FeaturePool> pool_;
   // Rows that requests released without giving them to the drafter, newest last, at most
   // parked_cap() bytes and kParkedEntries, kParkMin rows or more each (fewer cost the target at
   // most a KV block to recompute): the drafter version, the first row's position, a hash of the
-  // tokens before it, and the request's own buffers of the rows' features and tokens, moved
-  // (counted by their capacity). A request that continues a whole entry takes its buffers; one that
-  // continues part of it gets a copy of that part, and the entry stays.
+  // tokens before it, and the request's own rows and tokens, moved. A request that continues a
+  // whole entry takes them; one that continues part of it gets a copy of that part, and the entry
+  // stays.
   struct Parked {
     int version = 0, start = 0, width = 0, rows = 0;
     uint64_t prefix_hash = 0;
-    HeldFeats feats;
+    HeldRows feats;
     std::vector<int32_t> tokens;
-    size_t bytes() const { return (feats.capacity() + tokens.capacity()) * 4; }
+    size_t bytes() const { return feats.bytes() + tokens.capacity() * 4; }
   };
   std::deque<Parked> parked_;
   size_t parked_bytes_ = 0;
@@ -118,12 +122,6 @@ class ModelRunner {
   size_t parked_cap(int width) const;
   static constexpr int kParkMin = 16;
   void park(RequestState& r);
-  // Feature buffers of requests that ended or entries evicted, at most kSpareFeats, for the next
-  // requests: a new buffer's pages are faulted in as its rows arrive, and at 16 requests on the
-  // 2-core Zen 5 that cost about 0.15 ms a step. recycle() keeps `feats` there (or frees it).
-  std::vector<HeldFeats> spare_feats_;
-  static constexpr size_t kSpareFeats = 16;
-  void recycle(HeldFeats& feats);
   // Requests that hold rows: another request's prefix may need them in the drafter's cache.
   std::vector<RequestState*> holders_;
   void drop_holder(RequestState& r);
@@ -163,7 +161,7 @@ class ModelRunner {
   // Step scratch, reused.
   Batch batch_;
   Sampler sampler_;
-  Buffer<float> probs_, gathered_, processed_;
+  Buffer<float> probs_, gathered_, processed_, flushed_;
   std::vector<DraftJob> jobs_;
   std::vector<AcceptJob> accepts_;
   std::vector<RequestState*> flush_rows_;

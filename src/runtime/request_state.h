@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/buffer.h"
 #include "core/rng.h"
+#include "runtime/held_rows.h"
 #include "runtime/request.h"
 #include "spec_decode/drafter.h"
 #include "tokenizer/tokenizer.h"
@@ -24,9 +24,6 @@ struct DrafterVersion {
   int version = 1;
   int users = 0;  // requests that hold it
 };
-
-// Feature rows held for the drafter: resized, then written (no zeroing).
-using HeldFeats = std::vector<float, DefaultInitAllocator<float>>;
 
 struct RequestState {
   RequestState(uint64_t h, EngineRequest r, OutputFn fn, const Tokenizer& tok)
@@ -73,7 +70,7 @@ struct RequestState {
   // (when the drafter reads target features) their feature rows, held_width floats each.
   // held_last: how many of them the last step added.
   std::vector<int32_t> committed;
-  HeldFeats held_feats;
+  HeldRows held_feats;
   int held_pos = 0, held_width = 0, held_last = 0;
   // Export (EngineRequest::export_hidden): the export layers of positions 0 .. export_rows - 1.
   std::string export_bytes;

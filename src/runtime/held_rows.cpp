@@ -1,6 +1,7 @@
 #include "runtime/held_rows.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -21,6 +22,7 @@ FeaturePool::FeaturePool(int width, size_t segment_bytes)
   segment_bytes_ = (pages_per_segment_ * page_bytes() + kHuge - 1) / kHuge * kHuge;
   const char* env = std::getenv("DSPARK_FEATURE_POOL_RELEASE");
   release_ = env && std::string_view(env) == "1";
+  if (release_) system_page_ = size_t(::sysconf(_SC_PAGESIZE));
 }
 
 int32_t FeaturePool::take() {
@@ -40,7 +42,7 @@ int32_t FeaturePool::take() {
 void FeaturePool::give(int32_t page) {
   if (release_) {  // the whole system pages inside it
     const uintptr_t b = reinterpret_cast<uintptr_t>(this->page(page)), e = b + page_bytes();
-    const uintptr_t lo = (b + 4095) & ~uintptr_t(4095), hi = e & ~uintptr_t(4095);
+    const uintptr_t sp = system_page_, lo = (b + sp - 1) / sp * sp, hi = e / sp * sp;
     if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
   }
   free_.push_back(page);

@@ -41,6 +41,7 @@ class FeaturePool {
   std::vector<int32_t> free_;
   int32_t made_ = 0;      // pages handed out of the segments so far
   bool release_ = false;  // DSPARK_FEATURE_POOL_RELEASE
+  size_t system_page_ = 0;  // the system's page size, with release_
 };
 
 // A sequence of rows in pool pages: a request's held rows, or a parked entry's. Gives its pages

@@ -69,10 +69,17 @@ std::string read_text_file(const std::string& path) {
 }
 
 void write_file_atomic(const std::string& path, const void* data, size_t n) {
+  const std::span<const uint8_t> one(static_cast<const uint8_t*>(data), n);
+  write_file_atomic(path, std::span<const std::span<const uint8_t>>(&one, 1));
+}
+
+void write_file_atomic(const std::string& path, std::span<const std::span<const uint8_t>> pieces) {
   std::string tmp = path + ".tmp";
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) fail(tmp, ": cannot create: ", std::strerror(errno));
-  bool ok = std::fwrite(data, 1, n, f) == n;
+  bool ok = true;
+  for (const std::span<const uint8_t>& p : pieces)
+    ok = ok && (p.empty() || std::fwrite(p.data(), 1, p.size(), f) == p.size());
   ok = (std::fflush(f) == 0) && ok;
   ok = (::fsync(::fileno(f)) == 0) && ok;
   ok = (std::fclose(f) == 0) && ok;

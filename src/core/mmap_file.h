@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace dspark {
@@ -29,5 +30,8 @@ class MappedFile {
 
 std::string read_text_file(const std::string& path);  // throws Error naming the path
 void write_file_atomic(const std::string& path, const void* data, size_t n);
+// The pieces one after another, written as one file: to path.tmp, synced, then renamed to path
+// (no copy of them is made, so a file as large as memory allows can be written).
+void write_file_atomic(const std::string& path, std::span<const std::span<const uint8_t>> pieces);
 
 }  // namespace dspark

@@ -277,16 +277,17 @@ void SafetensorsWriter::write(const std::string& path) const {
   }
   std::string h = header.dump();
   while ((h.size() + 8) % 8) h += ' ';  // keep the data section 8-byte aligned
-  std::vector<uint8_t> out(8 + h.size() + offset);
-  uint64_t hl = h.size();
-  for (int i = 0; i < 8; ++i) out[i] = uint8_t(hl >> (8 * i));
-  std::memcpy(out.data() + 8, h.data(), h.size());
-  uint8_t* p = out.data() + 8 + h.size();
-  for (const Entry& e : entries_) {
-    if (!e.bytes.empty()) std::memcpy(p, e.bytes.data(), e.bytes.size());
-    p += e.bytes.size();
-  }
-  write_file_atomic(path, out.data(), out.size());
+  uint8_t head[8];
+  const uint64_t hl = h.size();
+  for (int i = 0; i < 8; ++i) head[i] = uint8_t(hl >> (8 * i));
+  // Written piece by piece: a copy of every tensor in one buffer would double the peak memory of
+  // writing a checkpoint (an 8B model's 16 GB of bf16).
+  std::vector<std::span<const uint8_t>> pieces;
+  pieces.reserve(entries_.size() + 2);
+  pieces.emplace_back(head, sizeof(head));
+  pieces.emplace_back(reinterpret_cast<const uint8_t*>(h.data()), h.size());
+  for (const Entry& e : entries_) pieces.emplace_back(e.bytes.data(), e.bytes.size());
+  write_file_atomic(path, pieces);
 }
 
 }  // namespace dspark

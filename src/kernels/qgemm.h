@@ -125,14 +125,15 @@ void qpanels_avx512vnni(GgmlType t, const uint8_t* panels, int64_t n, int64_t k,
 // in every type while its bytes differ (256 for Q4_0 and Q4_K, 512 for Q8_0): the bytes in flight
 // that hide DRAM's latency grow with the bytes a multiply consumes.
 //
-// The AVX-512 kernel's 1-row passes over 4-bit and 5- and 6-bit codes ask for the bytes
-// kQPrefetchBytes1 ahead: unpacking the codes takes about 25 instructions per 256 bytes, so the
-// out-of-order window reaches only a few KiB ahead of the loads it waits on. On a 2-core Zen 5
-// EPYC, `dspark bench step --tokens 1` on the GGUF files of docs/performance.md, alternated:
-// qwen3-1.7b Q4_0 27.9 -> 26.1 ms and Q4_K_M 27.5 -> 24.4 ms (medians of 6), qwen3-8b Q4_K_M
-// 109-132 -> 85-97 ms (3 pairs). Q8_0's byte codes need no unpacking, and its 1-row pass ran 8%
-// slower with the prefetch, so it has none. On a Zen 4 EPYC a 2 KiB 1-row prefetch had made
-// these passes 5-10% slower: not remeasured there. The AVX2 kernel's 1-row passes have none.
+// The 1-row passes over 4-bit and 5- and 6-bit codes ask for the bytes kQPrefetchBytes1 ahead:
+// unpacking the codes takes about 25 instructions per 256 bytes (AVX-512; twice as many on AVX2),
+// so the out-of-order window reaches only a few KiB ahead of the loads it waits on. On a 2-core
+// Zen 5 EPYC, `dspark bench step --tokens 1` on the GGUF files of docs/performance.md, alternated,
+// medians: qwen3-1.7b Q4_0 27.9 -> 26.1 ms and Q4_K_M 27.5 -> 24.4 ms (AVX-512, 6 pairs), 40.3 ->
+// 35.7 and 43.2 -> 35.8 ms (`--gemm avx2`, 4 pairs); qwen3-8b Q4_K_M 109-132 -> 85-97 ms (3
+// pairs). Q8_0's byte codes need no unpacking, and its AVX-512 1-row pass ran 8% slower with the
+// prefetch, so it has none. On a Zen 4 EPYC a 2 KiB 1-row prefetch had made the AVX-512 passes
+// 5-10% slower: not remeasured there.
 constexpr int kQPrefetchTiles = 16;
 constexpr int kQPrefetchBytes1 = 4096;
 template <int TileBytes, int AheadBytes = kQPrefetchTiles * TileBytes>

@@ -136,7 +136,7 @@ void qpanels_avx512vnni(GgmlType t, const uint8_t* panels, int64_t n, int64_t k,
 // 5-10% slower: not remeasured there.
 constexpr int kQPrefetchTiles = 16;
 constexpr int kQPrefetchBytes1 = 4096;
-template <int TileBytes, int AheadBytes = kQPrefetchTiles * TileBytes>
+template <int TileBytes, int AheadBytes = (kQPrefetchTiles * TileBytes)>
 inline void qgemm_prefetch_ahead(const uint8_t* tile) {
 #pragma GCC unroll 16
   for (int off = 0; off < TileBytes; off += 64) __builtin_prefetch(tile + AheadBytes + off, 0, 3);

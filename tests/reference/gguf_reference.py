@@ -61,22 +61,29 @@ def gguf_value(vtype, v):
 
 
 def write_gguf(path, kvs, tensors, alignment=32):
-    """kvs: [(key, type, value)]; tensors: [(name, type name, ne (ggml order), raw bytes)]."""
-    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
+    """kvs: [(key, type, value)]; tensors: [(name, type name, ne (ggml order), raw bytes or a
+    function that returns them)]. Written tensor by tensor, each function called in turn, so that
+    a model larger than memory can be converted."""
+    head = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)))
     for key, vtype, v in kvs:
-        out += gguf_string(key) + struct.pack("<I", vtype) + gguf_value(vtype, v)
+        head += gguf_string(key) + struct.pack("<I", vtype) + gguf_value(vtype, v)
     offset, blobs = 0, []
     for name, tname, ne, raw in tensors:
-        out += gguf_string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
-        out += struct.pack("<IQ", GGML[tname][0], offset)
-        blobs.append((offset, raw))
-        offset += (len(raw) + alignment - 1) // alignment * alignment
-    out += b"\0" * ((alignment - len(out) % alignment) % alignment)
-    start = len(out)
-    for off, raw in blobs:
-        out += b"\0" * (start + off - len(out)) + raw
+        _, be, bb = GGML[tname]
+        size = len(raw) if isinstance(raw, (bytes, bytearray)) else int(np.prod(ne)) // be * bb
+        head += gguf_string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        head += struct.pack("<IQ", GGML[tname][0], offset)
+        blobs.append((offset, size, raw))
+        offset += (size + alignment - 1) // alignment * alignment
+    head += b"\0" * ((alignment - len(head) % alignment) % alignment)
+    start = len(head)
     with open(path, "wb") as f:
-        f.write(out)
+        f.write(head)
+        for off, size, raw in blobs:
+            f.write(b"\0" * (start + off - f.tell()))
+            data = raw if isinstance(raw, (bytes, bytearray)) else raw()
+            assert len(data) == size, (len(data), size)
+            f.write(data)
 
 
 # ---------------------------------------------------------------- blocks: random, and dequantized in float64
@@ -586,7 +593,7 @@ def convert(hf_dir, out, tname):
     """An HF Qwen3 checkpoint as one GGUF file (the names and keys of llama.cpp's converter)."""
     cfg = json.load(open(os.path.join(hf_dir, "config.json")))
     assert cfg["architectures"] == ["Qwen3ForCausalLM"], cfg["architectures"]
-    w = {k: v.to(torch.float32).numpy() for k, v in hf_reference.load_dir(hf_dir).items()}
+    w = lazy_tensors(hf_dir)
     tok = json.load(open(os.path.join(hf_dir, "tokenizer.json"), encoding="utf-8"))
     split = json.dumps(tok.get("pre_tokenizer"))
     pre = "qwen2" if "\\\\p{N}|" in split else "llama-bpe" if "\\\\p{N}{1,3}" in split else None
@@ -614,22 +621,57 @@ def convert(hf_dir, out, tname):
              "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm", "mlp.gate_proj": "ffn_gate",
              "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    def encode(read, t):
+        m = read()
+        if t == "F32":
+            return m.astype(np.float32).tobytes()
+        if t == "F16":
+            return m.astype(np.float16).tobytes()
+        return (m.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()  # BF16: exact for bf16 weights
+
     tensors = []
-    for hf, m in w.items():
+    for hf, (shape, read) in w.items():
         if hf in names:
             g = names[hf]
         else:
             parts = hf.split(".")
             g = f"blk.{parts[2]}.{layer['.'.join(parts[3:-1])]}.weight"
-        t = tname if m.ndim == 2 else "F32"
-        if t == "F32":
-            raw = m.astype(np.float32).tobytes()
-        elif t == "F16":
-            raw = m.astype(np.float16).tobytes()
-        else:  # BF16 by truncation is exact for weights that were bf16 already
-            raw = (m.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
-        tensors.append((g, t, list(reversed(m.shape)), raw))
+        t = tname if len(shape) == 2 else "F32"
+        tensors.append((g, t, list(reversed(shape)), lambda read=read, t=t: encode(read, t)))
     write_gguf(out, kvs, tensors)
+
+
+def lazy_tensors(hf_dir):
+    """{name: (shape, read)} for an HF checkpoint's tensors, in file order; read() returns one
+    tensor as float32, read from its file only when called (an 8B checkpoint does not fit in
+    memory as float32)."""
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    files = sorted(set(json.load(open(index))["weight_map"].values())) if not os.path.exists(
+        os.path.join(hf_dir, "model.safetensors")) else ["model.safetensors"]
+    out = {}
+    for fn in files:
+        path = os.path.join(hf_dir, fn)
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+        for name, e in header.items():
+            if name == "__metadata__":
+                continue
+            a, b = (8 + n + x for x in e["data_offsets"])
+
+            def read(path=path, a=a, b=b, dt=e["dtype"], shape=e["shape"]):
+                with open(path, "rb") as f:
+                    f.seek(a)
+                    raw = f.read(b - a)
+                if dt == "BF16":
+                    x = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+                elif dt in ("F16", "F32"):
+                    x = np.frombuffer(raw, dtype=np.float16 if dt == "F16" else np.float32).astype(np.float32)
+                else:
+                    raise ValueError(f"{path}: tensor {name}: dtype {dt} is not BF16, F16 or F32")
+                return x.reshape(shape)
+            out[name] = (e["shape"], read)
+    return out
 
 
 def main():

@@ -141,6 +141,14 @@ inline void qgemm_prefetch_ahead(const uint8_t* tile) {
 #pragma GCC unroll 16
   for (int off = 0; off < TileBytes; off += 64) __builtin_prefetch(tile + AheadBytes + off, 0, 3);
 }
+// What a pass of MR rows over type T asks for at each tile (above), for every SIMD kernel.
+template <GgmlType T, int MR, int TileBytes>
+inline void qgemm_prefetch_for(const uint8_t* tile) {
+  if constexpr (MR >= 2)
+    qgemm_prefetch_ahead<TileBytes>(tile);
+  else if constexpr (T != GgmlType::Q8_0)
+    qgemm_prefetch_ahead<TileBytes, kQPrefetchBytes1>(tile);
+}
 }  // namespace detail
 
 }  // namespace dspark

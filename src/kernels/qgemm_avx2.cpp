@@ -64,10 +64,7 @@ void half_rows(const uint8_t* panel, int64_t nsb, int half, const QActBlock* xq,
     for (int t = 0; t < kTiles; ++t) {
       const uint8_t* tile = h + kHeader + t * kTile;
       const int64_t b = sb * kTiles + t;
-      if constexpr (MR >= 2)
-        qgemm_prefetch_ahead<kTile>(tile);
-      else if constexpr (T != GgmlType::Q8_0)
-        qgemm_prefetch_ahead<kTile, kQPrefetchBytes1>(tile);
+      qgemm_prefetch_for<T, MR, kTile>(tile);
       if constexpr (T == GgmlType::Q8_0) {
         DSPARK_UNROLL
         for (int j = 0; j < 8; ++j)

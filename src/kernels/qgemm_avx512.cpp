@@ -114,10 +114,7 @@ void panel_rows(const uint8_t* panel, int64_t nsb, const QActBlock* xq, int64_t 
     for (int t = 0; t < kTiles; ++t) {
       const uint8_t* tile = h + kHeader + t * kTile;
       const int64_t b = sb * kTiles + t;
-      if constexpr (MR >= 2)
-        qgemm_prefetch_ahead<kTile>(tile);
-      else if constexpr (T != GgmlType::Q8_0)
-        qgemm_prefetch_ahead<kTile, kQPrefetchBytes1>(tile);
+      qgemm_prefetch_for<T, MR, kTile>(tile);
       __m512i acc[MR];
       if constexpr (T == GgmlType::Q6_K) {
         // Two sub-blocks of 16 with their own scales: slices 0-3, then 4-7.

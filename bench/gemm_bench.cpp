@@ -5,6 +5,7 @@
 #include <random>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/cpu.h"
 #include "core/dtype.h"
 #include "core/error.h"
@@ -68,7 +69,8 @@ void runq(benchmark::State& state, GemmBackend backend, GgmlType type, int n, in
   std::vector<float> x(size_t(m) * k), y(size_t(m) * n), row(static_cast<size_t>(k));
   for (auto& v : x) v = nd(rng);
   const size_t rb = ggml_row_bytes(type, k);
-  std::vector<uint8_t> rows(rb * size_t(n)), panels(qgemm_matrix_bytes(type, n, k));
+  std::vector<uint8_t> rows(rb * size_t(n));
+  Buffer<uint8_t> panels(qgemm_matrix_bytes(type, n, k));  // 64-byte aligned, as the model's weights
   for (int r = 0; r < n; ++r) {
     for (auto& v : row) v = nd(rng) * 0.02f;
     quantize_row(type, row.data(), rows.data() + size_t(r) * rb, k);

@@ -645,21 +645,11 @@ def lazy_tensors(hf_dir):
     """{name: (shape, read)} for an HF checkpoint's tensors, in file order; read() returns one
     tensor as float32, read from its file only when called (an 8B checkpoint does not fit in
     memory as float32)."""
-    index = os.path.join(hf_dir, "model.safetensors.index.json")
-    files = sorted(set(json.load(open(index))["weight_map"].values())) if not os.path.exists(
-        os.path.join(hf_dir, "model.safetensors")) else ["model.safetensors"]
     out = {}
-    for fn in files:
-        path = os.path.join(hf_dir, fn)
-        with open(path, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            header = json.loads(f.read(n))
-        for name, e in header.items():
-            if name == "__metadata__":
-                continue
-            a, b = (8 + n + x for x in e["data_offsets"])
+    for path in hf_reference.checkpoint_files(hf_dir):
+        for name, dt, shape, a, b in hf_reference.safetensors_entries(path):
 
-            def read(path=path, a=a, b=b, dt=e["dtype"], shape=e["shape"]):
+            def read(path=path, name=name, a=a, b=b, dt=dt, shape=shape):
                 with open(path, "rb") as f:
                     f.seek(a)
                     raw = f.read(b - a)
@@ -670,7 +660,7 @@ def lazy_tensors(hf_dir):
                 else:
                     raise ValueError(f"{path}: tensor {name}: dtype {dt} is not BF16, F16 or F32")
                 return x.reshape(shape)
-            out[name] = (e["shape"], read)
+            out[name] = (shape, read)
     return out
 
 

@@ -51,33 +51,43 @@ def write_safetensors(path, tensors):
             f.write(b)
 
 
-def read_safetensors(path):
+def safetensors_entries(path):
+    """(name, dtype, shape, start, end) for each tensor of a safetensors file, in header order;
+    start and end are byte offsets into the file."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
-        data = f.read()
+    return [(name, e["dtype"], e["shape"], 8 + n + e["data_offsets"][0], 8 + n + e["data_offsets"][1])
+            for name, e in header.items() if name != "__metadata__"]
+
+
+def checkpoint_files(d):
+    """An HF checkpoint directory's safetensors files: model.safetensors, or its index's shards."""
+    if os.path.exists(os.path.join(d, "model.safetensors")):
+        return [os.path.join(d, "model.safetensors")]
+    idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
+    return [os.path.join(d, shard) for shard in sorted(set(idx["weight_map"].values()))]
+
+
+def read_safetensors(path):
     out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        a, b = e["data_offsets"]
-        dt = NP[e["dtype"]]
-        raw = bytearray(data[a:b])
-        if dt == torch.bfloat16:
-            t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
-        else:
-            t = torch.frombuffer(raw, dtype=dt)
-        out[name] = t.reshape(e["shape"]).clone()
+    with open(path, "rb") as f:
+        for name, dtype, shape, a, b in safetensors_entries(path):
+            f.seek(a)
+            raw = bytearray(f.read(b - a))
+            dt = NP[dtype]
+            if dt == torch.bfloat16:
+                t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
+            else:
+                t = torch.frombuffer(raw, dtype=dt)
+            out[name] = t.reshape(shape).clone()
     return out
 
 
 def load_dir(d):
-    if os.path.exists(os.path.join(d, "model.safetensors")):
-        return read_safetensors(os.path.join(d, "model.safetensors"))
-    idx = json.load(open(os.path.join(d, "model.safetensors.index.json")))
     out = {}
-    for shard in sorted(set(idx["weight_map"].values())):
-        out.update(read_safetensors(os.path.join(d, shard)))
+    for path in checkpoint_files(d):
+        out.update(read_safetensors(path))
     return out
 
 

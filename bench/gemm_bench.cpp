@@ -70,7 +70,8 @@ void runq(benchmark::State& state, GemmBackend backend, GgmlType type, int n, in
   for (auto& v : x) v = nd(rng);
   const size_t rb = ggml_row_bytes(type, k);
   std::vector<uint8_t> rows(rb * size_t(n));
-  Buffer<uint8_t> panels(qgemm_matrix_bytes(type, n, k));  // 64-byte aligned, as the model's weights
+  // 64-byte aligned, as the model's weight arena holds the panels.
+  Buffer<uint8_t> panels(qgemm_matrix_bytes(type, n, k));
   for (int r = 0; r < n; ++r) {
     for (auto& v : row) v = nd(rng) * 0.02f;
     quantize_row(type, row.data(), rows.data() + size_t(r) * rb, k);

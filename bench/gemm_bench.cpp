@@ -98,23 +98,35 @@ void runq(benchmark::State& state, GemmBackend backend, GgmlType type, int n, in
 }
 
 // gate_up of Qwen3-8B ([24576, 4096]; 56 MB in Q4_K: streams from DRAM) and a slice that stays in
-// L2 (the kernel's compute rate), for each quantized type.
-#define DSPARK_Q(T)                                                                                                  \
-  void BM_Q_##T##_GateUp8B(benchmark::State& s) { runq(s, GemmBackend::Avx512Bf16, GgmlType::T, 24576, 4096); }    \
-  void BM_Q_##T##_InL2(benchmark::State& s) { runq(s, GemmBackend::Avx512Bf16, GgmlType::T, 64, 4096); }            \
-  void BM_Q_##T##_InL2_Avx2(benchmark::State& s) { runq(s, GemmBackend::Avx2, GgmlType::T, 64, 4096); }
+// L2 (the kernel's compute rate), for each quantized type, on the AVX512-VNNI and AVX2 kernels.
+#define DSPARK_Q(T)                                             \
+  void BM_Q_##T##_GateUp8B(benchmark::State& s) {               \
+    runq(s, GemmBackend::Avx512Bf16, GgmlType::T, 24576, 4096); \
+  }                                                             \
+  void BM_Q_##T##_GateUp8B_Avx2(benchmark::State& s) {          \
+    runq(s, GemmBackend::Avx2, GgmlType::T, 24576, 4096);       \
+  }                                                             \
+  void BM_Q_##T##_InL2(benchmark::State& s) {                   \
+    runq(s, GemmBackend::Avx512Bf16, GgmlType::T, 64, 4096);    \
+  }                                                             \
+  void BM_Q_##T##_InL2_Avx2(benchmark::State& s) {              \
+    runq(s, GemmBackend::Avx2, GgmlType::T, 64, 4096);          \
+  }
 DSPARK_Q(Q8_0)
 DSPARK_Q(Q4_0)
 DSPARK_Q(Q4_K)
 #undef DSPARK_Q
 #define QSHAPES ->Arg(1)->Arg(2)->Arg(4)->Arg(9)->Arg(16)->UseRealTime()->Unit(benchmark::kMicrosecond)
 BENCHMARK(BM_Q_Q8_0_GateUp8B) QSHAPES;
+BENCHMARK(BM_Q_Q8_0_GateUp8B_Avx2) QSHAPES;
 BENCHMARK(BM_Q_Q8_0_InL2) QSHAPES;
 BENCHMARK(BM_Q_Q8_0_InL2_Avx2) QSHAPES;
 BENCHMARK(BM_Q_Q4_0_GateUp8B) QSHAPES;
+BENCHMARK(BM_Q_Q4_0_GateUp8B_Avx2) QSHAPES;
 BENCHMARK(BM_Q_Q4_0_InL2) QSHAPES;
 BENCHMARK(BM_Q_Q4_0_InL2_Avx2) QSHAPES;
 BENCHMARK(BM_Q_Q4_K_GateUp8B) QSHAPES;
+BENCHMARK(BM_Q_Q4_K_GateUp8B_Avx2) QSHAPES;
 BENCHMARK(BM_Q_Q4_K_InL2) QSHAPES;
 BENCHMARK(BM_Q_Q4_K_InL2_Avx2) QSHAPES;
 

@@ -69,10 +69,10 @@ def write_gguf(path, kvs, tensors, alignment=32):
         head += gguf_string(key) + struct.pack("<I", vtype) + gguf_value(vtype, v)
     offset, blobs = 0, []
     for name, tname, ne, raw in tensors:
-        _, be, bb = GGML[tname]
+        code, be, bb = GGML[tname]
         size = len(raw) if isinstance(raw, (bytes, bytearray)) else int(np.prod(ne)) // be * bb
         head += gguf_string(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
-        head += struct.pack("<IQ", GGML[tname][0], offset)
+        head += struct.pack("<IQ", code, offset)
         blobs.append((offset, size, raw))
         offset += (size + alignment - 1) // alignment * alignment
     head += b"\0" * ((alignment - len(head) % alignment) % alignment)
@@ -647,20 +647,12 @@ def lazy_tensors(hf_dir):
     memory as float32)."""
     out = {}
     for path in hf_reference.checkpoint_files(hf_dir):
-        for name, dt, shape, a, b in hf_reference.safetensors_entries(path):
+        for entry in hf_reference.safetensors_entries(path):
 
-            def read(path=path, name=name, a=a, b=b, dt=dt, shape=shape):
+            def read(path=path, entry=entry):
                 with open(path, "rb") as f:
-                    f.seek(a)
-                    raw = f.read(b - a)
-                if dt == "BF16":
-                    x = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
-                elif dt in ("F16", "F32"):
-                    x = np.frombuffer(raw, dtype=np.float16 if dt == "F16" else np.float32).astype(np.float32)
-                else:
-                    raise ValueError(f"{path}: tensor {name}: dtype {dt} is not BF16, F16 or F32")
-                return x.reshape(shape)
-            out[name] = (shape, read)
+                    return hf_reference.read_tensor(f, path, *entry).to(torch.float32).numpy()
+            out[entry[0]] = (entry[2], read)
     return out
 
 

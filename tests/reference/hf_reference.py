@@ -69,18 +69,24 @@ def checkpoint_files(d):
     return [os.path.join(d, shard) for shard in sorted(set(idx["weight_map"].values()))]
 
 
+def read_tensor(f, path, name, dtype, shape, a, b):
+    """One tensor of safetensors file `path`, open as f (the fields of safetensors_entries), as a
+    torch tensor of its own dtype."""
+    if dtype not in NP:
+        raise ValueError(f"{path}: tensor {name}: dtype {dtype} is not BF16, F16 or F32")
+    f.seek(a)
+    raw = bytearray(f.read(b - a))
+    dt = NP[dtype]
+    if dt == torch.bfloat16:
+        return torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16).reshape(shape)
+    return torch.frombuffer(raw, dtype=dt).reshape(shape)
+
+
 def read_safetensors(path):
     out = {}
     with open(path, "rb") as f:
-        for name, dtype, shape, a, b in safetensors_entries(path):
-            f.seek(a)
-            raw = bytearray(f.read(b - a))
-            dt = NP[dtype]
-            if dt == torch.bfloat16:
-                t = torch.frombuffer(raw, dtype=torch.int16).view(torch.bfloat16)
-            else:
-                t = torch.frombuffer(raw, dtype=dt)
-            out[name] = t.reshape(shape).clone()
+        for entry in safetensors_entries(path):
+            out[entry[0]] = read_tensor(f, path, *entry).clone()
     return out
 
 

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "core/buffer.h"
 #include "core/cpu.h"
 #include "core/thread_pool.h"
 #include "kernels/gemm.h"
+#include "kernels/ops.h"
 
 namespace dspark {
 
@@ -61,18 +63,30 @@ void kv_write(const PagedKvLayer& kv, const int32_t* block_table, int pos, const
     }
     return;
   }
-  for (int h = 0; h < kv.n_kv_heads; ++h) {
-    for (int d = 0; d < kv.head_dim; ++d) {
-      int64_t ki = k_index(kv, phys, h, d, off), vi = v_index(kv, phys, h, off, d);
-      float kval = k_row[h * kv.head_dim + d], vval = v_row[h * kv.head_dim + d];
-      if (kv.dtype == DType::BF16) {
-        static_cast<uint16_t*>(kv.k)[ki] = f32_to_bf16(kval);
-        static_cast<uint16_t*>(kv.v)[vi] = f32_to_bf16(vval);
-      } else {
-        static_cast<float*>(kv.k)[ki] = kval;
-        static_cast<float*>(kv.v)[vi] = vval;
-      }
+  // A position's V is one contiguous run per head; its K one element per dimension, kKvBlock
+  // apart (K is dimension-major within a block).
+  const int hd = kv.head_dim;
+  if (kv.dtype == DType::BF16) {
+    uint16_t* kb = static_cast<uint16_t*>(kv.k);
+    uint16_t* vb = static_cast<uint16_t*>(kv.v);
+    thread_local std::vector<uint16_t> kbf;
+    kbf.resize(size_t(kv.n_kv_heads) * size_t(hd));
+    to_bf16(k_row, kbf.data(), kv.n_kv_heads * hd);
+    for (int h = 0; h < kv.n_kv_heads; ++h) {
+      to_bf16(v_row + h * hd, vb + v_index(kv, phys, h, off, 0), hd);
+      uint16_t* kd = kb + k_index(kv, phys, h, 0, off);
+      const uint16_t* kr = kbf.data() + h * hd;
+      for (int d = 0; d < hd; ++d) kd[int64_t(d) * kKvBlock] = kr[d];
     }
+    return;
+  }
+  float* kf = static_cast<float*>(kv.k);
+  float* vf = static_cast<float*>(kv.v);
+  for (int h = 0; h < kv.n_kv_heads; ++h) {
+    std::memcpy(vf + v_index(kv, phys, h, off, 0), v_row + h * hd, size_t(hd) * sizeof(float));
+    float* kd = kf + k_index(kv, phys, h, 0, off);
+    const float* kr = k_row + h * hd;
+    for (int d = 0; d < hd; ++d) kd[int64_t(d) * kKvBlock] = kr[d];
   }
 }
 

@@ -15,6 +15,9 @@ void rmsnorm(const float* x, int64_t ldx, const float* weight, float* y, int64_t
 // cos/sin hold hd/2 values per row.
 void rope(float* x, int64_t ldx, int rows, int n_heads, int head_dim, const float* cos, const float* sin);
 
+// out[i] = f32_to_bf16(x[i]) (round to nearest even) for i < n.
+void to_bf16(const float* x, uint16_t* out, int n);
+
 // x[i] += bias[i] for i < n.
 void add_bias(float* x, const float* bias, int64_t n);
 
@@ -64,6 +67,9 @@ float max_value_and_count_avx2(const float* x, int n, float t, int* above);
 int next_greater_avx2(const float* x, int n, int from, float t);
 double kept_sum_avx2(const float* x, int n, float floor);
 void kept_scale_avx2(float* x, int n, float floor, float s);
+void rope_avx2(float* x, int64_t ldx, int rows, int n_heads, int head_dim, const float* cos,
+               const float* sin);
+void to_bf16_avx2(const float* x, uint16_t* out, int n);
 void silu_mul_avx2(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, int rows, int inter);
 int argmax_avx2(const float* x, int n);
 void rmsnorm_avx2(const float* x, int64_t ldx, const float* weight, float* y, int64_t ldy, int rows,

@@ -6,6 +6,50 @@
 
 namespace dspark::detail {
 
+void rope_avx2(float* x, int64_t ldx, int rows, int n_heads, int head_dim, const float* cos,
+               const float* sin) {
+  const int half = head_dim / 2;
+  for (int r = 0; r < rows; ++r) {
+    const float* c = cos + int64_t(r) * half;
+    const float* s = sin + int64_t(r) * half;
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + r * ldx + int64_t(h) * head_dim;
+      // The scalar loop's products and sums, each rounded: the empty asm keeps the compiler
+      // from fusing a product into the sum (an FMA rounds once), so both paths agree bit for bit.
+      for (int i = 0; i < half; i += 8) {
+        const __m256 a = _mm256_loadu_ps(v + i), b = _mm256_loadu_ps(v + i + half);
+        const __m256 cv = _mm256_loadu_ps(c + i), sv = _mm256_loadu_ps(s + i);
+        __m256 ac = _mm256_mul_ps(a, cv), bs = _mm256_mul_ps(b, sv);
+        __m256 bc = _mm256_mul_ps(b, cv), as = _mm256_mul_ps(a, sv);
+        __asm__("" : "+x"(ac), "+x"(bs), "+x"(bc), "+x"(as));
+        _mm256_storeu_ps(v + i, _mm256_sub_ps(ac, bs));
+        _mm256_storeu_ps(v + i + half, _mm256_add_ps(bc, as));
+      }
+    }
+  }
+}
+
+void to_bf16_avx2(const float* x, uint16_t* out, int n) {
+  const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000);
+  const __m256i quiet = _mm256_set1_epi32(0x40);
+  // f32_to_bf16 on 8 values, in the low 16 bits of each lane.
+  auto round8 = [&](const float* p) {
+    const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(p));
+    const __m256i hi = _mm256_srli_epi32(u, 16);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
+    return _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
+  };
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {  // packus works per 128-bit lane: put the quarters back in order
+    const __m256i packed = _mm256_packus_epi32(round8(x + i), round8(x + i + 8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute4x64_epi64(packed, 0xd8));
+  }
+  for (; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+}
+
 void silu_mul_avx2(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, int rows, int inter) {
   const __m256 one = _mm256_set1_ps(1.f);
   for (int r = 0; r < rows; ++r) {

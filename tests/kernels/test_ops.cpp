@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -46,23 +47,56 @@ TEST(Ops, SiluMulMatchesFormula) {
     }
 }
 
+// Head dimensions 8 (the scalar loop) and 64 and 128 (the AVX2 loop where the CPU has it), over
+// rows with a stride: the same products and sums as the formula, bit for bit.
 TEST(Ops, RopeRotatesPairsHalfApart) {
-  const int hd = 8, heads = 2;
-  std::vector<float> x(size_t(hd * heads));
-  for (size_t i = 0; i < x.size(); ++i) x[i] = float(i + 1);
-  std::vector<float> c(hd / 2), s(hd / 2);
-  for (int i = 0; i < hd / 2; ++i) {
-    c[size_t(i)] = std::cos(0.3f * float(i + 1));
-    s[size_t(i)] = std::sin(0.3f * float(i + 1));
-  }
-  auto orig = x;
-  rope(x.data(), 0, 1, heads, hd, c.data(), s.data());
-  for (int h = 0; h < heads; ++h)
-    for (int i = 0; i < hd / 2; ++i) {
-      float a = orig[size_t(h * hd + i)], b = orig[size_t(h * hd + i + hd / 2)];
-      EXPECT_NEAR(x[size_t(h * hd + i)], a * c[size_t(i)] - b * s[size_t(i)], 1e-5);
-      EXPECT_NEAR(x[size_t(h * hd + i + hd / 2)], b * c[size_t(i)] + a * s[size_t(i)], 1e-5);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (int hd : {8, 64, 128}) {
+    const int heads = 3, rows = 2, half = hd / 2, ld = heads * hd + 5;
+    std::vector<float> x(size_t(rows * ld));
+    for (auto& v : x) v = nd(rng);
+    std::vector<float> c(size_t(rows * half)), s(c.size());
+    for (size_t i = 0; i < c.size(); ++i) {
+      c[i] = std::cos(0.3f * float(i + 1));
+      s[i] = std::sin(0.3f * float(i + 1));
     }
+    const auto orig = x;
+    rope(x.data(), ld, rows, heads, hd, c.data(), s.data());
+    for (int r = 0; r < rows; ++r)
+      for (int h = 0; h < heads; ++h)
+        for (int i = 0; i < half; ++i) {
+          const size_t at = size_t(r * ld + h * hd + i);
+          const float a = orig[at], b = orig[at + size_t(half)];
+          const float ci = c[size_t(r * half + i)], si = s[size_t(r * half + i)];
+          const float ac = a * ci, bs = b * si, bc = b * ci, as = a * si;
+          ASSERT_EQ(x[at], ac - bs) << "hd " << hd << " row " << r << " head " << h << " i " << i;
+          ASSERT_EQ(x[at + size_t(half)], bc + as) << "hd " << hd << " row " << r << " head " << h;
+        }
+    for (int i = heads * hd; i < ld; ++i) ASSERT_EQ(x[size_t(i)], orig[size_t(i)]) << "past the heads";
+  }
+}
+
+// to_bf16 rounds as f32_to_bf16 does: to nearest even, NaNs kept NaN (quiet), infinities and
+// subnormals kept; every length up to 40 (vector body and scalar tail).
+TEST(Ops, ToBf16MatchesTheScalarRounding) {
+  std::mt19937 rng(4);
+  std::vector<uint32_t> bits = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                                0x7f800001u, 0xffffffffu, 0x00000001u, 0x807fffffu, 0x3f808000u,
+                                0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x3f7fffffu};
+  while (bits.size() < 4000) bits.push_back(uint32_t(rng()));
+  std::vector<float> x(bits.size());
+  for (size_t i = 0; i < x.size(); ++i) std::memcpy(&x[i], &bits[i], 4);
+  std::vector<uint16_t> out(x.size());
+  to_bf16(x.data(), out.data(), int(x.size()));
+  for (size_t i = 0; i < x.size(); ++i)
+    ASSERT_EQ(out[i], f32_to_bf16(x[i])) << "bits 0x" << std::hex << bits[i];
+  for (int n = 0; n <= 40; ++n) {
+    std::vector<uint16_t> part(size_t(n) + 1, 0xabcd);
+    to_bf16(x.data() + 3, part.data(), n);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(part[size_t(i)], f32_to_bf16(x[size_t(i) + 3])) << "n " << n;
+    ASSERT_EQ(part[size_t(n)], 0xabcd) << "wrote past n = " << n;
+  }
 }
 
 // The plain rule argmax() must reproduce on every CPU path.

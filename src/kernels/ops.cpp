@@ -30,7 +30,8 @@ void rmsnorm(const float* x, int64_t ldx, const float* weight, float* y, int64_t
 
 void rope(float* x, int64_t ldx, int rows, int n_heads, int head_dim, const float* cos, const float* sin) {
   const int half = head_dim / 2;
-  if (use_avx2() && half % 8 == 0) return detail::rope_avx2(x, ldx, rows, n_heads, head_dim, cos, sin);
+  if (use_avx2() && half % 8 == 0)
+    return detail::rope_avx2(x, ldx, rows, n_heads, head_dim, cos, sin);
   for (int r = 0; r < rows; ++r) {
     const float* c = cos + int64_t(r) * half;
     const float* s = sin + int64_t(r) * half;

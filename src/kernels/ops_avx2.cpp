@@ -37,15 +37,16 @@ void to_bf16_avx2(const float* x, uint16_t* out, int n) {
   auto round8 = [&](const float* p) {
     const __m256i u = _mm256_castps_si256(_mm256_loadu_ps(p));
     const __m256i hi = _mm256_srli_epi32(u, 16);
-    const __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
+    const __m256i rounded = _mm256_srli_epi32(
+        _mm256_add_epi32(u, _mm256_add_epi32(bias, _mm256_and_si256(hi, one))), 16);
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, abs_mask), inf);
     return _mm256_blendv_epi8(rounded, _mm256_or_si256(hi, quiet), nan);
   };
   int i = 0;
   for (; i + 16 <= n; i += 16) {  // packus works per 128-bit lane: put the quarters back in order
     const __m256i packed = _mm256_packus_epi32(round8(x + i), round8(x + i + 8));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), _mm256_permute4x64_epi64(packed, 0xd8));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm256_permute4x64_epi64(packed, 0xd8));
   }
   for (; i < n; ++i) out[i] = f32_to_bf16(x[i]);
 }

@@ -73,7 +73,8 @@ TEST(Ops, RopeRotatesPairsHalfApart) {
           ASSERT_EQ(x[at], ac - bs) << "hd " << hd << " row " << r << " head " << h << " i " << i;
           ASSERT_EQ(x[at + size_t(half)], bc + as) << "hd " << hd << " row " << r << " head " << h;
         }
-    for (int i = heads * hd; i < ld; ++i) ASSERT_EQ(x[size_t(i)], orig[size_t(i)]) << "past the heads";
+    for (int i = heads * hd; i < ld; ++i)
+      ASSERT_EQ(x[size_t(i)], orig[size_t(i)]) << "past the heads";
   }
 }
 
@@ -94,7 +95,8 @@ TEST(Ops, ToBf16MatchesTheScalarRounding) {
   for (int n = 0; n <= 40; ++n) {
     std::vector<uint16_t> part(size_t(n) + 1, 0xabcd);
     to_bf16(x.data() + 3, part.data(), n);
-    for (int i = 0; i < n; ++i) ASSERT_EQ(part[size_t(i)], f32_to_bf16(x[size_t(i) + 3])) << "n " << n;
+    for (int i = 0; i < n; ++i)
+      ASSERT_EQ(part[size_t(i)], f32_to_bf16(x[size_t(i) + 3])) << "n " << n;
     ASSERT_EQ(part[size_t(n)], 0xabcd) << "wrote past n = " << n;
   }
 }

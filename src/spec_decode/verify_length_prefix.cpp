@@ -188,16 +188,31 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
       } else {  // drafting loses: plain steps, probed
         g.drafting = false;
         g.last_step = steps_;
-        g.probe_every = kProbeFirst;
+        // Soon, unless this is a probe's resumption that lost within kResumeTrial steps: then
+        // twice the gap before that probe. A single round's luck can win a probe where drafting
+        // loses by a little (4 users on MT-Bench), and each resumption costs rounds that lose.
+        const bool failed_resume = g.resumed_at >= 0 && steps_ - g.resumed_at < kResumeTrial;
+        g.probe_every = failed_resume
+                            ? std::min(2 * std::max(g.resumed_gap, kProbeFirst), kProbeLongest)
+                            : kProbeFirst;
+        g.resumed_at = -1;
       }
     } else if (!g.drafting && drafted) {  // a probe, judged on its own against the plain steps
-      if ((double(tokens) / seconds) / g.plain.per_second() >= 1 + kHysteresis) {
+      // ... on its time less the switch: the rows held through the plain run before it (the
+      // drafter's catch-up) grow with that run, so counted in, each losing probe's longer gap
+      // made the next one dearer still, and a gate stopped by a noisy moment stayed stopped
+      // (`make demo`'s out-of-domain line at 0.97x plain, its few rounds 2.14 ms of drafting
+      // against 0.58, where it runs at 1.3x). What the switch costs still spaces the probes.
+      const double own = std::max(seconds - switching, 1e-9);
+      if ((double(tokens) / own) / g.plain.per_second() >= 1 + kHysteresis) {
         // Drafting resumes, and the probe's way is judged afresh: on the rounds from this probe
         // on (the prompt or the load may have changed since it lost). The other way keeps its
         // rate, so that a gate resumed by whole blocks stays measured and keeps them (the cut's
         // lost).
         g.drafting = true;
         g.since_plain = 0;
+        g.resumed_at = steps_;
+        g.resumed_gap = g.probe_every;
         Gate::Rate& way = last_full_ ? g.full : g.drafted;
         way = {};
         way.add(double(tokens), seconds);
@@ -205,8 +220,10 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
         g.intrinsic.add(double(tokens), std::max(0.0, seconds - switching));
       } else {
         g.last_step = steps_;
-        g.probe_every = std::max(std::min(2 * g.probe_every, kProbeMax),
-                                 affordable_gap(g.plain.per_second(), requests, tokens, seconds));
+        g.probe_every =
+            std::max(std::min(2 * g.probe_every, kProbeMax),
+                     std::min(affordable_gap(g.plain.per_second(), requests, tokens, seconds),
+                              kProbeGrowth * g.probe_every));
         // A losing cut: the next probes verify whole blocks until they are measured too (at 4
         // users on math a gate that stopped on the prediction probed with the cut only, at 0.84x
         // plain, while whole blocks ran at 1.45x at 3 users).
@@ -219,7 +236,9 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
     // steps' measured rate or, before any, the curve's (the first probe at a new load).
     const double plain =
         g.plain.n > 0 ? g.plain.per_second() : requests / (step_seconds(requests) + over_.used);
-    g.probe_every = std::max(g.probe_every, affordable_gap(plain, requests, tokens, seconds));
+    g.probe_every = std::max(
+        g.probe_every,
+        std::min(affordable_gap(plain, requests, tokens, seconds), kProbeGrowth * g.probe_every));
   }
   if (drafted) return;
   const double o = std::max(0.0, seconds - step_seconds(decode_rows));

@@ -66,9 +66,16 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // probed with one drafted round after kProbeFirst steps, then after twice as many each time
   // the probe still loses (at most kProbeMax), and at least as many as keep a losing probe's
   // cost within kProbeBudget of the throughput of the plain steps seen so far (at most
-  // kProbeLongest): under load a probe can cost several plain steps. A probe that gains at least
-  // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps')
-  // resumes drafting, which the measured judge then weighs on the rounds from that probe on.
+  // kProbeLongest, and at most kProbeGrowth times the last gap: a probe slowed by a moment of
+  // load from elsewhere, which cost 10 plain steps, had the gate wait 1,024 steps, most of a
+  // benchmark run, before it probed again): under load a probe can cost several plain steps. A
+  // probe that gains at least
+  // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps',
+  // its time taken without the switch, the drafter's catch-up of the rows held through the plain
+  // run, which the probe's cost still counts) resumes drafting, which the measured judge then
+  // weighs on the rounds from that probe on.
+  // Drafting that a probe resumed and that loses again within kResumeTrial steps stops with
+  // twice the gap before that probe, not kProbeFirst.
   // Once measured, a probe whose cut loses makes the next probes verify whole blocks until they
   // are measured as well; after that probes take the way that measures faster.
   // Once a load's rates are measured, its rounds either take Algorithm 1's lengths or verify
@@ -87,6 +94,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   static constexpr int kProbeMax = 32;
   static constexpr double kProbeBudget = 0.005;
   static constexpr int kProbeLongest = 1024;
+  static constexpr int kProbeGrowth = 4;
+  static constexpr int kResumeTrial = 256;   // steps after which a resumption counts as lasting
   static constexpr int kProbeBehind = 4096;  // while the nearest lighter load seen loses too
   static constexpr double kGainDecay = 0.5;  // weight of the past in the decayed gain
   static constexpr double kHysteresis = 0.02;
@@ -123,6 +132,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
     bool drafting = true;
     int64_t last_step = 0;  // when the last run of plain steps began or was last probed
     int probe_every = kProbeFirst;
+    int64_t resumed_at = -1;  // the step a probe resumed drafting at (-1: none since the stop)
+    int resumed_gap = 0;      // the gap before that probe
     // Decayed sums of tokens and seconds of drafted and of plain steps, and how many of each.
     struct Rate {
       double tokens = 0, seconds = 0;

@@ -343,6 +343,90 @@ TEST(PrefixLengthPolicy, HeavierLoadsBehindALosingOneProbeRarely) {
   EXPECT_GE(run_load(s, d, 8, 0.6, 2 * PrefixLengthPolicy::kProbeBehind + 1), 1);
 }
 
+// A gate stopped by a noisy moment resumes once drafting pays again, however long the plain run
+// before a probe was: one request, plain steps 1 token a second, rounds 3 tokens in 2.4 s, each
+// paying 0.007 s a row held through the plain steps before it (the drafter's catch-up, at most
+// 341 rows, as the engine holds). During the noise rounds take 6 s, drafting stops and losing
+// probes space the next by hundreds of steps. Judged with the catch-up, every later probe paid
+// hundreds of rows and lost again (0.6 tokens a second), so the gate never drafted again.
+TEST(PrefixLengthPolicy, AProbeIsJudgedWithoutTheCatchUpOfThePlainRun) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.2, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.2, 1);
+  const Draft d = draft_of(std::vector<float>(8, 0.7f));
+  int held = 0;  // rows held since the last drafted step
+  auto run = [&](int steps, double round_seconds) {
+    int drafted = 0;
+    for (int i = 0; i < steps; ++i) {
+      if (!s.should_draft(1)) {
+        s.observe_step(1, false, 1, 1.0, 1, 0);
+        held = std::min(held + 1, 341);
+        continue;
+      }
+      ++drafted;
+      const int l = length_of(s, d);
+      const double catch_up = 0.007 * held;
+      held = 0;
+      s.observe_step(1, true, 3, round_seconds + catch_up, 1 + l, 0, catch_up);
+    }
+    return drafted;
+  };
+  EXPECT_GT(run(300, 2.4), 250) << "(drafting wins at first)";
+  run(3 * PrefixLengthPolicy::kProbeLongest, 6.0);  // the noise: drafting stops, probes lose
+  EXPECT_LT(run(100, 6.0), 3) << "(stopped)";
+  run(2 * PrefixLengthPolicy::kProbeLongest, 2.4);  // quiet again: a probe must find it
+  EXPECT_GT(run(1000, 2.4), 900) << "the gate must draft again once a probe measures the gain";
+}
+
+// One slow probe (a moment of load from elsewhere: 4 tokens in 20 s against plain steps' 1 a
+// second) does not send the next probe 1,024 steps away: the gap grows at most kProbeGrowth times
+// a probe, so drafting resumes within a few dozen steps once rounds are fast again.
+TEST(PrefixLengthPolicy, OneSlowProbeDoesNotStopDraftingForLong) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.5, 1);
+  const Draft d = draft_of({0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f});
+  // Drafted steps yield `tokens` in `seconds`, plain ones 1 token in 1 s; how many drafted.
+  auto run = [&](int steps, int tokens, double seconds) {
+    int drafted = 0;
+    for (int i = 0; i < steps; ++i) drafted += timed_step(s, d, tokens, seconds);
+    return drafted;
+  };
+  run(200, 2, 4.0);                                    // losing rounds: measured, stopped
+  run(PrefixLengthPolicy::kProbeLongest + 1, 4, 2.0);  // 2 tokens a second: a probe resumes
+  EXPECT_GT(run(300, 4, 2.0), 250) << "(drafting, measured at 2x)";
+  int guard = 0;  // slow rounds (0.5 tokens a second) until they measure a loss: drafting stops
+  while (s.measured_gain(1) >= 1 - PrefixLengthPolicy::kHysteresis && ++guard < 1000)
+    timed_step(s, d, 4, 8.0);
+  ASSERT_LT(guard, 1000) << "(drafting must stop on slow rounds)";
+  int probes = 0;  // plain steps, then one probe, slowed
+  for (guard = 0; probes < 1 && guard < 100; ++guard) probes += timed_step(s, d, 4, 20.0);
+  ASSERT_EQ(probes, 1) << "(one slow probe)";
+  EXPECT_GT(run(100, 4, 2.0), 50) << "drafting must resume within the next probes";
+}
+
+// Where drafting loses by a little, a lucky round can still win a probe. Each resumption then
+// loses until the measured rates stop it again; one that loses within kResumeTrial steps waits
+// twice as long before the next probe, so such resumptions thin out. Here rounds yield 3 tokens in
+// 4.4 s (0.68 a second) and one drafted step in three 6 tokens (1.36), against plain steps' 1.
+TEST(PrefixLengthPolicy, ResumptionsThatLoseAgainBackOff) {
+  PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
+  s.learn_drafting_cost(true);
+  s.observe_drafting(0.5, 1);
+  const Draft d = draft_of({0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f});
+  int drafted = 0, late = 0;
+  const int steps = 20000;
+  for (int i = 0; i < steps; ++i) {
+    const bool lucky = drafted % 3 == 0;
+    if (timed_step(s, d, lucky ? 6 : 3, 4.4)) {
+      ++drafted;
+      late += i >= steps / 2;
+    }
+  }
+  EXPECT_LT(s.measured_gain(1), 1.0) << "(drafting loses on the whole)";
+  EXPECT_LT(late, steps / 2 / 50) << "resumptions must thin out: drafted steps in the second half";
+}
+
 // A lighter load that loses only by what its rounds pay to switch from plain steps (3 requests
 // among 4, where the 4's steps are plain) does not hold the heavier one back: here 4 requests'
 // drafted steps run at 0.6 of the plain rate, 2 s of their 5 the switch, so in themselves at 1.0.

@@ -84,6 +84,7 @@ void ModelRunner::free_unused_drafters() {
 
 void ModelRunner::admitted(RequestState& r) {
   if (!drafter_) return;
+  if (policy_) policy_->request_admitted();
   if (!r.dv) {
     r.dv = drafters_.back().get();
     ++r.dv->users;

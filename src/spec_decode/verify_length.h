@@ -29,6 +29,8 @@ class VerifyLengthPolicy {
   // about to be made, so skipping keeps the output the target's). false: the step decodes one
   // token per request and the drafter is not run.
   virtual bool should_draft(int /*requests*/) { return true; }
+  // A request got its place (a new one, or one back from preemption).
+  virtual void request_admitted() {}
   // After each step with decoding requests: how many there were, whether they drafted, the
   // tokens they emitted, the step's seconds (drafting, forward, verification and delivering the
   // outputs; the engine calls it once they are delivered), and the rows of

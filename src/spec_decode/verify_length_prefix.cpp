@@ -57,6 +57,7 @@ PrefixLengthPolicy::Gate& PrefixLengthPolicy::gate(int requests) {
   if (behind_losing(requests)) {
     g.drafting = false;
     g.last_step = steps_;
+    g.admitted_seen = admitted_;
     g.probe_every = nearest_lighter(requests)->probe_every;
   }
   return g;
@@ -118,9 +119,11 @@ bool PrefixLengthPolicy::should_draft(int requests) {
   // requests on two cores a probe cost about three plain steps, and each of the loads 9-16 probed
   // on its own: 3-4% of a sweep's steps at 16 users.
   const int every = behind_losing(requests) ? std::max(g.probe_every, kProbeBehind) : g.probe_every;
-  if (steps_ - g.last_step >= every) {
+  const bool new_text = requests == 1 && g.admitted_seen != admitted_;  // request_admitted()
+  if (steps_ - g.last_step >= every || new_text) {
     // A probe: its prediction or its measurement decides whether drafting resumes.
     g.last_step = steps_;
+    g.admitted_seen = admitted_;
     return true;
   }
   return false;
@@ -188,6 +191,7 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
       } else {  // drafting loses: plain steps, probed
         g.drafting = false;
         g.last_step = steps_;
+        g.admitted_seen = admitted_;
         // Soon, unless this is a probe's resumption that lost within kResumeTrial steps: then
         // twice the gap before that probe. A single round's luck can win a probe where drafting
         // loses by a little (4 users on MT-Bench), and each resumption costs rounds that lose.
@@ -333,6 +337,7 @@ void PrefixLengthPolicy::choose(std::span<const Draft* const> drafts, std::span<
     if (!g.measured() && g.gain < 1 - kHysteresis) {  // drafting costs more than it brings
       g.drafting = false;
       g.last_step = steps_;
+      g.admitted_seen = admitted_;
       g.probe_every = kProbeFirst;
     }
   } else {  // a probe

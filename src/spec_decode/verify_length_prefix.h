@@ -90,6 +90,10 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // steps' confidences and timings decide, never the drafts of the step in question, so skipping
   // keeps the output the target's.
   bool should_draft(int requests) override;
+  // One decoding request alone is one request's text: a gate of one request that stopped drafting
+  // on an earlier request's rounds probes at the next request's first decoding step (a category
+  // where drafting loses must not keep plain steps for the ones after it, one at a time).
+  void request_admitted() override { ++admitted_; }
   static constexpr int kProbeFirst = 2;
   static constexpr int kProbeMax = 32;
   static constexpr double kProbeBudget = 0.005;
@@ -132,6 +136,7 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
     bool drafting = true;
     int64_t last_step = 0;  // when the last run of plain steps began or was last probed
     int probe_every = kProbeFirst;
+    int64_t admitted_seen = 0;  // admitted_ when this gate last stopped or probed
     int64_t resumed_at = -1;  // the step a probe resumed drafting at (-1: none since the stop)
     int resumed_gap = 0;      // the gap before that probe
     // Decayed sums of tokens and seconds of drafted and of plain steps, and how many of each.
@@ -176,6 +181,7 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // itself.
   bool behind_losing(int requests) const;
   int64_t steps_ = 0;
+  int64_t admitted_ = 0;  // requests admitted so far (request_admitted)
   // A learned cost: the samples of the last kCostWindow observations, their trimmed mean, and
   // that mean on the grid with hysteresis (the value used).
   struct Cost {

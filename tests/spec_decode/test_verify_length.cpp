@@ -427,6 +427,24 @@ TEST(PrefixLengthPolicy, ResumptionsThatLoseAgainBackOff) {
   EXPECT_LT(late, steps / 2 / 50) << "resumptions must thin out: drafted steps in the second half";
 }
 
+// One decoding request alone: a request after one whose rounds lost (a category where drafting
+// loses, then one where it wins) gets a probe at its first decoding step, not after the gap the
+// earlier request's losing probes left. Two requests at a time get no such probe.
+TEST(PrefixLengthPolicy, ANewRequestAloneIsProbedAtOnce) {
+  auto after_new_request = [](int requests) {
+    PrefixLengthPolicy s(line_sps(1.0, 0.25, 9));
+    s.learn_drafting_cost(true);
+    s.observe_drafting(0.5, 1);
+    const Draft d = draft_of({0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.7f});
+    s.request_admitted();
+    run_load(s, d, requests, 0.3, 600);  // rounds at 0.3 of the plain rate: stopped, probes spaced
+    s.request_admitted();
+    return run_load(s, d, requests, 2.0, 20);  // rounds at twice the plain rate
+  };
+  EXPECT_GT(after_new_request(1), 10) << "the new request's first step probes and drafting resumes";
+  EXPECT_EQ(after_new_request(2), 0) << "(two requests: the gap stands)";
+}
+
 // A lighter load that loses only by what its rounds pay to switch from plain steps (3 requests
 // among 4, where the 4's steps are plain) does not hold the heavier one back: here 4 requests'
 // drafted steps run at 0.6 of the plain rate, 2 s of their 5 the switch, so in themselves at 1.0.

@@ -66,15 +66,13 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // probed with one drafted round after kProbeFirst steps, then after twice as many each time
   // the probe still loses (at most kProbeMax), and at least as many as keep a losing probe's
   // cost within kProbeBudget of the throughput of the plain steps seen so far (at most
-  // kProbeLongest, and at most kProbeGrowth times the last gap: a probe slowed by a moment of
-  // load from elsewhere, which cost 10 plain steps, had the gate wait 1,024 steps, most of a
-  // benchmark run, before it probed again): under load a probe can cost several plain steps. A
-  // probe that gains at least
-  // 1 + kHysteresis (predicted, or measured: its own tokens per second against the plain steps',
-  // its time taken without the switch, the drafter's catch-up of the rows held through the plain
-  // run, which the probe's cost still counts) resumes drafting, which the measured judge then
-  // weighs on the rounds from that probe on.
-  // Drafting that a probe resumed and that loses again within kResumeTrial steps stops with
+  // kProbeLongest, and at most kProbeGrowth times the last gap, so that one probe slowed by load
+  // from elsewhere does not set the next 1,024 steps away): under load a probe can cost several
+  // plain steps. A probe that gains at least 1 + kHysteresis (predicted, or measured: its own
+  // tokens per second against the plain steps', its time taken without the switch, the
+  // drafter's catch-up of the rows held through the plain run, which the probe's cost still
+  // counts) resumes drafting, which the measured judge then weighs on the rounds from that probe
+  // on. Drafting that a probe resumed and that loses again within kResumeTrial steps stops with
   // twice the gap before that probe, not kProbeFirst.
   // Once measured, a probe whose cut loses makes the next probes verify whole blocks until they
   // are measured as well; after that probes take the way that measures faster.

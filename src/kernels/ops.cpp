@@ -48,7 +48,7 @@ void rope(float* x, int64_t ldx, int rows, int n_heads, int head_dim, const floa
 
 void to_bf16(const float* x, uint16_t* out, int n) {
   if (use_avx2()) return detail::to_bf16_avx2(x, out, n);
-  for (int i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+  convert_f32_to_bf16(x, out, size_t(n));
 }
 
 void add_bias(float* x, const float* bias, int64_t n) {

@@ -15,7 +15,7 @@ void rmsnorm(const float* x, int64_t ldx, const float* weight, float* y, int64_t
 // cos/sin hold hd/2 values per row.
 void rope(float* x, int64_t ldx, int rows, int n_heads, int head_dim, const float* cos, const float* sin);
 
-// out[i] = f32_to_bf16(x[i]) (round to nearest even) for i < n.
+// convert_f32_to_bf16 (core/dtype.h: round to nearest even) on 8 lanes where the CPU has AVX2.
 void to_bf16(const float* x, uint16_t* out, int n);
 
 // x[i] += bias[i] for i < n.

@@ -48,7 +48,7 @@ void to_bf16_avx2(const float* x, uint16_t* out, int n) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
                         _mm256_permute4x64_epi64(packed, 0xd8));
   }
-  for (; i < n; ++i) out[i] = f32_to_bf16(x[i]);
+  convert_f32_to_bf16(x + i, out + i, size_t(n - i));
 }
 
 void silu_mul_avx2(const float* gate_up, int64_t ld_in, float* out, int64_t ld_out, int rows, int inter) {

@@ -54,13 +54,15 @@ PrefixLengthPolicy::Gate& PrefixLengthPolicy::gate(int requests) {
   // drafting loses there: more requests make a step's rows dearer, so it loses here too. It
   // waits as long as that gate before its first probe, instead of probing at once (on two cores
   // a probe at 16 requests costs about four plain steps, and a sweep meets a dozen new loads).
-  if (behind_losing(requests)) {
-    g.drafting = false;
-    g.last_step = steps_;
-    g.admitted_seen = admitted_;
-    g.probe_every = nearest_lighter(requests)->probe_every;
-  }
+  if (behind_losing(requests)) stop_drafting(g, nearest_lighter(requests)->probe_every);
   return g;
+}
+
+void PrefixLengthPolicy::stop_drafting(Gate& g, int probe_every) {
+  g.drafting = false;
+  g.last_step = steps_;
+  g.admitted_seen = admitted_;
+  g.probe_every = probe_every;
 }
 
 bool PrefixLengthPolicy::behind_losing(int requests) const {
@@ -189,16 +191,13 @@ void PrefixLengthPolicy::observe_step(int requests, bool drafted, int tokens, do
       if (g.full.n < kMeasuredMin) {
         g.full_blocks = true;
       } else {  // drafting loses: plain steps, probed
-        g.drafting = false;
-        g.last_step = steps_;
-        g.admitted_seen = admitted_;
         // Soon, unless this is a probe's resumption that lost within kResumeTrial steps: then
         // twice the gap before that probe. A single round's luck can win a probe where drafting
         // loses by a little (4 users on MT-Bench), and each resumption costs rounds that lose.
         const bool failed_resume = g.resumed_at >= 0 && steps_ - g.resumed_at < kResumeTrial;
-        g.probe_every = failed_resume
-                            ? std::min(2 * std::max(g.resumed_gap, kProbeFirst), kProbeLongest)
-                            : kProbeFirst;
+        stop_drafting(g, failed_resume
+                             ? std::min(2 * std::max(g.resumed_gap, kProbeFirst), kProbeLongest)
+                             : kProbeFirst);
         g.resumed_at = -1;
       }
     } else if (!g.drafting && drafted) {  // a probe, judged on its own against the plain steps
@@ -334,12 +333,8 @@ void PrefixLengthPolicy::choose(std::span<const Draft* const> drafts, std::span<
   if (g.drafting || g.measured()) {
     g.gain = g.gain > 0 ? kGainDecay * g.gain + (1 - kGainDecay) * gain : gain;
     // Once measured, observe_step's measurement decides; the prediction is only reported.
-    if (!g.measured() && g.gain < 1 - kHysteresis) {  // drafting costs more than it brings
-      g.drafting = false;
-      g.last_step = steps_;
-      g.admitted_seen = admitted_;
-      g.probe_every = kProbeFirst;
-    }
+    if (!g.measured() && g.gain < 1 - kHysteresis)  // drafting costs more than it brings
+      stop_drafting(g, kProbeFirst);
   } else {  // a probe
     g.gain = gain;
     if (gain >= 1 + kHysteresis) {

@@ -178,6 +178,8 @@ class PrefixLengthPolicy : public VerifyLengthPolicy {
   // Whether that gate holds this load back: it stopped drafting and, once measured, loses in
   // itself.
   bool behind_losing(int requests) const;
+  // g's steps become plain ones from now, the first probe `probe_every` steps away.
+  void stop_drafting(Gate& g, int probe_every);
   int64_t steps_ = 0;
   int64_t admitted_ = 0;  // requests admitted so far (request_admitted)
   // A learned cost: the samples of the last kCostWindow observations, their trimmed mean, and
